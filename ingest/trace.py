@@ -1,0 +1,137 @@
+"""Trace files (``spec/trace-format.md``): recorded cluster histories as JSON lines.
+
+``read_trace`` turns each non-blank line into the log record it stands for, in order: a
+``WatchEvent`` (object redacted and written back with numbers kept to the letter), a scheduler
+record, or a ``BadRecord`` that keeps the line's place in the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ingest.redaction import redact
+from schemas import (
+    BadRecord,
+    Bind,
+    BindFailed,
+    BindSucceeded,
+    Evict,
+    EvictFailed,
+    EvictSucceeded,
+    LogRecord,
+    Synced,
+    WatchEvent,
+    objectjson,
+)
+
+WATCH_OPS = frozenset({"ADDED", "MODIFIED", "DELETED"})
+NAMESPACED = frozenset({("v1", "Pod"), ("scheduling.volcano.sh/v1beta1", "PodGroup")})
+_BLANK = frozenset(b" \t\r")
+
+# type -> (record class, required fields, optional fields)
+SCHEDULER_RECORDS: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
+    "BIND": (Bind, ("pod", "node"), ("replica",)),
+    "BIND_FAILED": (BindFailed, ("pod",), ("reason",)),
+    "EVICT": (Evict, ("pod",), ("reason", "replica")),
+    "EVICT_FAILED": (EvictFailed, ("pod",), ("reason",)),
+    "BIND_SUCCEEDED": (BindSucceeded, ("pod", "node"), ()),
+    "EVICT_SUCCEEDED": (EvictSucceeded, ("pod",), ()),
+    "SYNCED": (Synced, ("kind",), ()),
+}
+
+
+class BadLine(ValueError):
+    """Why a line is no record."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceLine:
+    number: int  # 1-based line number in the file
+    raw: bytes
+    record: LogRecord
+
+
+def split_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) for every non-blank line; one CR right before an LF is dropped."""
+    for number, line in enumerate(data.split(b"\n"), start=1):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if line and not _BLANK.issuperset(line):
+            yield number, line
+
+
+def read_trace(path: Path) -> Iterator[TraceLine]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FileNotFoundError(f"cannot read trace {path}: {exc.strerror}") from exc
+    source = f"trace/{path.name}"
+    for number, line in split_lines(data):
+        yield TraceLine(number, line, parse_line(line, f"{source}:{number}"))
+
+
+def parse_line(line: bytes, source: str) -> LogRecord:
+    try:
+        return record_from_json(objectjson.loads(line), source)
+    except (UnicodeDecodeError, ValueError) as exc:  # BadLine and json.JSONDecodeError are ValueErrors
+        return BadRecord(
+            raw=line, error=f"{type(exc).__name__}: {exc}" if not isinstance(exc, BadLine) else str(exc), source=source
+        )
+
+
+def record_from_json(value: Any, source: str) -> LogRecord:
+    """The log record for one parsed trace line; raises ``BadLine``."""
+    if not isinstance(value, dict):
+        raise BadLine("not a JSON object")
+    kind = value.get("type")
+    if kind in WATCH_OPS:
+        return _watch_event(kind, value.get("object"), source)
+    if isinstance(kind, str) and kind in SCHEDULER_RECORDS:
+        cls, required, optional = SCHEDULER_RECORDS[kind]
+        fields = {name: _string(value, name, kind) for name in required}
+        for name in optional:
+            if value.get(name) is not None:
+                fields[name] = _string(value, name, kind)
+        return cls(**fields)
+    raise BadLine(f"unknown record type {kind!r}")
+
+
+def _watch_event(op: str, obj: Any, source: str) -> WatchEvent:
+    if not isinstance(obj, dict):
+        raise BadLine(f"{op} without an object")
+    api_version = _string(obj, "apiVersion", op)
+    kind = _string(obj, "kind", op)
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        raise BadLine(f"{op} {kind} without metadata")
+    name = _string(metadata, "name", f"{op} {kind}")
+    namespace = metadata.get("namespace")
+    if (api_version, kind) in NAMESPACED:
+        namespace = _string(metadata, "namespace", f"{op} {kind}")
+    uid = metadata.get("uid")
+    if (api_version, kind) == ("v1", "Pod"):
+        uid = _string(metadata, "uid", f"{op} {kind}")
+    rv = metadata.get("resourceVersion")
+    return WatchEvent(
+        op=op,
+        api_version=api_version,
+        kind=kind,
+        name=name,
+        namespace=namespace if isinstance(namespace, str) else None,
+        uid=uid if isinstance(uid, str) else None,
+        resource_version=rv if isinstance(rv, str) else None,
+        source=source,
+        object=objectjson.dumps(redact(obj)),
+    )
+
+
+def _string(obj: dict[str, Any], field: str, what: str) -> str:
+    value = obj.get(field)
+    if value is None:
+        raise BadLine(f"{what} lacks {field}")
+    if not isinstance(value, str):
+        raise BadLine(f"{what}: {field} is {type(value).__name__}, not a string")
+    return value

@@ -1,0 +1,226 @@
+"""The Kafka edge of the cache log: publish records in order, read them back with their offsets.
+
+Publishing is idempotent (``enable.idempotence``, ``acks=all``) so a retried produce neither
+duplicates nor reorders; a delivery error is raised, never dropped. Reading decodes every
+message; one that does not decode is counted, copied to the quarantine topic with headers that
+say where it came from and why, and still yields its place in the order as a ``BadRecord``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from schemas import BadRecord, CodecError, LogRecord, decode, encode
+from schemas.records import Record
+from strata.config import Settings
+from strata.errors import StrataError
+from strata.metrics import BAD_MESSAGES, PUBLISHED
+from strata.topics import MAX_MESSAGE_BYTES, TopicNames
+
+Headers = list[tuple[str, bytes]]
+
+
+class DeliveryError(StrataError):
+    """A message the broker did not take. The publisher stops rather than skip it."""
+
+
+def producer_config(settings: Settings, **overrides: object) -> dict[str, object]:
+    return settings.client_config(
+        **{
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": "zstd",
+            "linger.ms": 5,
+            "message.max.bytes": MAX_MESSAGE_BYTES + 65536,
+            **overrides,
+        }
+    )
+
+
+class Publisher:
+    """An idempotent producer that keeps every delivery report."""
+
+    def __init__(self, settings: Settings, **overrides: object) -> None:
+        self._producer = Producer(producer_config(settings, **overrides))
+        self._lock = threading.Lock()
+        self._errors: list[str] = []
+        self.delivered: Counter[str] = Counter()
+        self.last_offset: dict[tuple[str, int], int] = {}
+
+    def publish(self, topic: str, value: bytes, key: bytes | None = None, headers: Headers | None = None) -> None:
+        self._raise_on_failure()
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=self._on_delivery)
+                break
+            except BufferError:  # local queue full: wait for deliveries, then go on
+                self._producer.poll(0.1)
+            except KafkaException as exc:
+                raise DeliveryError(f"cannot publish to {topic}: {exc.args[0].str()}") from exc
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Wait until every message is delivered; raise if any was not."""
+        remaining = self._producer.flush(timeout_s)
+        self._raise_on_failure()
+        if remaining:
+            raise DeliveryError(f"{remaining} message(s) still undelivered after {timeout_s:g} s")
+
+    def _on_delivery(self, err: KafkaError | None, msg: object) -> None:
+        with self._lock:
+            if err is not None:
+                self._errors.append(f"{msg.topic()}: {err.str()}")  # type: ignore[attr-defined]
+            else:
+                topic = msg.topic()  # type: ignore[attr-defined]
+                self.delivered[topic] += 1
+                self.last_offset[(topic, msg.partition())] = msg.offset()  # type: ignore[attr-defined]
+                PUBLISHED.labels(topic).inc()
+
+    def _raise_on_failure(self) -> None:
+        with self._lock:
+            if self._errors:
+                raise DeliveryError(f"delivery failed: {self._errors[0]}")
+
+
+class CacheLogWriter:
+    """Appends records to the cache log, in the order given."""
+
+    def __init__(self, settings: Settings, publisher: Publisher | None = None) -> None:
+        self.topic = TopicNames(settings.topic_prefix).cache_log
+        self.publisher = publisher or Publisher(settings)
+
+    def append(self, record: LogRecord, key: bytes | None = None) -> None:
+        self.publisher.publish(self.topic, encode(record), key=key if key is not None else record_key(record))
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        self.publisher.flush(timeout_s)
+
+
+def record_key(record: LogRecord) -> bytes | None:
+    """The identity a record is about, for tools that look at keys (ordering never depends on it)."""
+    match record:
+        case BadRecord():
+            return None
+        case _ if hasattr(record, "kind") and hasattr(record, "name"):
+            ns = getattr(record, "namespace", None)
+            return f"{record.kind}/{ns}/{record.name}".encode() if ns else f"{record.kind}/{record.name}".encode()
+        case _ if hasattr(record, "pod"):
+            return f"pod-uid/{record.pod}".encode()
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    offset: int
+    timestamp_ms: int
+    record: LogRecord
+
+
+@dataclass
+class ReadStats:
+    records: int = 0
+    bad: Counter[str] = field(default_factory=Counter)
+
+
+class CacheLogReader:
+    """Reads the cache log from an offset up to the end as of the call (or a given end)."""
+
+    def __init__(self, settings: Settings, quarantine: Publisher | None = None) -> None:
+        self.settings = settings
+        names = TopicNames(settings.topic_prefix)
+        self.topic = names.cache_log
+        self.quarantine_topic = names.quarantine
+        self._quarantine = quarantine
+        self.stats = ReadStats()
+
+    def end_offset(self, timeout_s: float = 10.0) -> int:
+        consumer = self._consumer()
+        try:
+            _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s)
+            return high
+        finally:
+            consumer.close()
+
+    def read(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[LogEntry]:
+        """Entries with offsets in [start, end); ``end`` defaults to the log's end now."""
+        consumer = self._consumer()
+        try:
+            tp = TopicPartition(self.topic, 0)
+            if end is None:
+                _, end = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+            if start >= end:
+                return
+            consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
+            next_offset = start
+            while next_offset < end:
+                # consume() returns early once it has num_messages, so ask for no more than remain
+                batch = consumer.consume(num_messages=min(1000, end - next_offset), timeout=timeout_s)
+                if not batch:
+                    raise StrataError(f"no message from {self.topic} for {timeout_s:g} s at offset {next_offset}")
+                for msg in batch:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            continue
+                        raise StrataError(f"reading {self.topic}: {err.str()}")
+                    offset = msg.offset()
+                    if offset >= end:
+                        break
+                    next_offset = offset + 1
+                    yield LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
+        finally:
+            consumer.close()
+        if self._quarantine is not None:
+            self._quarantine.flush()
+
+    def _decode(self, value: bytes, offset: int) -> LogRecord:
+        self.stats.records += 1
+        try:
+            record = decode(value)
+        except CodecError as exc:
+            return self._bad(value, offset, exc.reason, str(exc))
+        if isinstance(record, BadRecord):
+            return record
+        if not _is_log_record(record):
+            return self._bad(value, offset, "not-a-log-record", f"{record.SCHEMA} does not belong in the cache log")
+        return record
+
+    def _bad(self, value: bytes, offset: int, reason: str, message: str) -> BadRecord:
+        self.stats.bad[reason] += 1
+        BAD_MESSAGES.labels(self.topic, reason).inc()
+        if self._quarantine is not None:
+            self._quarantine.publish(
+                self.quarantine_topic,
+                value,
+                key=f"{self.topic}/0/{offset}".encode(),
+                headers=[
+                    ("strata.error", message.encode()),
+                    ("strata.reason", reason.encode()),
+                    ("strata.origin.topic", self.topic.encode()),
+                    ("strata.origin.partition", b"0"),
+                    ("strata.origin.offset", str(offset).encode()),
+                ],
+            )
+        return BadRecord(raw=value, error=f"offset {offset}: {message}", source=f"kafka:{self.topic}@{offset}")
+
+    def _consumer(self) -> Consumer:
+        return Consumer(
+            self.settings.client_config(
+                **{
+                    "group.id": f"{self.settings.topic_prefix}reader",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                    "fetch.message.max.bytes": MAX_MESSAGE_BYTES + 65536,
+                }
+            )
+        )
+
+
+def _is_log_record(record: Record) -> bool:
+    return record.SCHEMA.startswith("strata.log.")

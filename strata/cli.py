@@ -1,0 +1,306 @@
+"""`strata`: one command line for the whole system.
+
+Every error a user can cause ends in one line on stderr and a non-zero exit; set
+STRATA_DEBUG=1 to see the traceback instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import click
+from confluent_kafka import KafkaException
+
+from strata import __version__
+from strata.config import DEFAULT_TOPIC_PREFIX, Settings, settings_from
+from strata.errors import StrataError
+
+EXIT_ERROR = 1
+
+
+class StrataGroup(click.Group):
+    """Turns every failure into one line and an exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:
+            if os.environ.get("STRATA_DEBUG"):
+                raise
+            click.echo(f"strata: error: {one_line(exc)}", err=True)
+            ctx.exit(EXIT_ERROR)
+
+
+def one_line(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException):
+        text = f"Kafka: {exc.args[0].str() if exc.args else exc}"
+    elif isinstance(exc, (StrataError, OSError)):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The connection options of every command that talks to Kafka; builds ``settings``."""
+
+    @click.option("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers  [env: STRATA_KAFKA_BOOTSTRAP]")
+    @click.option(
+        "--topic-prefix",
+        metavar="PREFIX",
+        help=f"prefix of every topic name  [env: STRATA_TOPIC_PREFIX; default: {DEFAULT_TOPIC_PREFIX}]",
+    )
+    @click.option("--data-dir", metavar="DIR", help="local state directory  [env: STRATA_DATA_DIR; default: .strata]")
+    @click.option(
+        "-X",
+        "kafka_properties",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="librdkafka property for every client (SASL/TLS...); overrides "
+        "STRATA_KAFKA_SECURITY_PROTOCOL, STRATA_KAFKA_SASL_*, STRATA_KAFKA_SSL_*",
+    )
+    @functools.wraps(command)
+    def wrapper(
+        bootstrap: str | None,
+        topic_prefix: str | None,
+        data_dir: str | None,
+        kafka_properties: tuple[str, ...],
+        **kwargs: Any,
+    ) -> Any:
+        settings = settings_from(
+            bootstrap=bootstrap,
+            topic_prefix=topic_prefix,
+            data_dir=data_dir,
+            kafka_properties=kafka_properties,
+            db_url=kwargs.pop("db_url", None),
+            kubeconfig=kwargs.pop("kubeconfig", None),
+        )
+        return command(settings=settings, **kwargs)
+
+    return wrapper
+
+
+@click.group(cls=StrataGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="strata")
+def main() -> None:
+    """Strata: Volcano's scheduler cache as a deterministic fold of one Kafka log."""
+    logging.basicConfig(level=logging.WARNING, format="strata: %(name)s: %(message)s")
+    # librdkafka logs every refused connection; the failure that matters reaches the user as
+    # the command's one-line error, so its chatter shows only with STRATA_DEBUG.
+    logging.getLogger("strata.kafka").setLevel(logging.DEBUG if os.environ.get("STRATA_DEBUG") else logging.CRITICAL)
+
+
+# ---------------------------------------------------------------------------------------- dev
+@main.group()
+def dev() -> None:
+    """The local stack (a Kafka broker on 127.0.0.1) for development, tests and the demo."""
+
+
+def _stack(data_dir: str | None, kafka_port: int) -> Any:
+    from strata.devstack import Stack
+
+    return Stack(Path(data_dir or os.environ.get("STRATA_DATA_DIR") or ".strata"), kafka_port)
+
+
+_dev_options = [
+    click.option(
+        "--data-dir", metavar="DIR", help="where the stack keeps its data  [env: STRATA_DATA_DIR; default: .strata]"
+    ),
+    click.option("--kafka-port", type=click.IntRange(1024, 65534), default=19092, show_default=True),
+]
+
+
+def dev_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(_dev_options):
+        f = option(f)
+    return f
+
+
+@dev.command("up")
+@dev_options
+def dev_up(data_dir: str | None, kafka_port: int) -> None:
+    """Start the stack (or reuse it) and print shell exports: eval "$(strata dev up)"."""
+    from strata.topics import ensure_topics
+
+    env = _stack(data_dir, kafka_port).up()
+    settings = settings_from(bootstrap=env["STRATA_KAFKA_BOOTSTRAP"], data_dir=env["STRATA_DATA_DIR"])
+    created = [t for t, outcome in ensure_topics(settings).items() if outcome == "created"]
+    if created:
+        click.echo(f"created {len(created)} topics with prefix {settings.topic_prefix!r}", err=True)
+    for key, value in env.items():
+        click.echo(f"export {key}={value}")
+
+
+@dev.command("down")
+@dev_options
+def dev_down(data_dir: str | None, kafka_port: int) -> None:
+    """Stop the stack (its data stays)."""
+    stopped = _stack(data_dir, kafka_port).down()
+    click.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running", err=True)
+
+
+@dev.command("status")
+@dev_options
+def dev_status(data_dir: str | None, kafka_port: int) -> None:
+    """Say what runs; exit 3 when something is stopped."""
+    status = _stack(data_dir, kafka_port).status()
+    for service, state in status.items():
+        click.echo(f"{service}: {state}")
+    if any(state == "stopped" for state in status.values()):
+        sys.exit(3)
+
+
+# ------------------------------------------------------------------------------------- topics
+@main.group()
+def topics() -> None:
+    """The topics of one deployment (one topic prefix)."""
+
+
+@topics.command("create")
+@kafka_options
+def topics_create(settings: Settings) -> None:
+    """Create the cache log, quarantine, command, retry and dead-letter topics (idempotent).
+
+    Replication for real clusters: STRATA_REPLICATION_FACTOR, STRATA_MIN_INSYNC_REPLICAS;
+    command topic partitions: STRATA_COMMAND_PARTITIONS.
+    """
+    from strata.topics import ensure_topics
+
+    for topic, outcome in sorted(ensure_topics(settings).items()):
+        click.echo(f"{outcome:8} {topic}")
+
+
+@topics.command("list")
+@kafka_options
+def topics_list(settings: Settings) -> None:
+    """The planned topics with their partitions and settings."""
+    from strata.topics import plan
+
+    for spec in plan(settings):
+        config = ",".join(f"{k}={v}" for k, v in sorted(spec.config.items()))
+        click.echo(f"{spec.name}\tpartitions={spec.partitions}\t{config}")
+
+
+# ------------------------------------------------------------------------------------- ingest
+@main.command()
+@click.option(
+    "--from",
+    "trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="TRACE",
+    help="publish a recorded trace (JSON lines) instead of watching a cluster",
+)
+@click.option("--kubeconfig", metavar="FILE", help="cluster to watch  [env: KUBECONFIG]")
+@kafka_options
+def ingest(settings: Settings, trace: Path | None) -> None:
+    """Publish cluster changes into the cache log."""
+    if trace is None:
+        raise StrataError("watching a cluster is not available yet; publish a recorded trace with --from TRACE")
+    from ingest.from_trace import publish_trace
+
+    report = publish_trace(settings, trace)
+    for number, error in report.bad:
+        click.echo(f"{trace}:{number}: bad record: {error}", err=True)
+    click.echo(
+        f"published {report.records} records ({len(report.bad)} bad) to the cache log; "
+        f"last offset {report.last_offset}",
+        err=True,
+    )
+
+
+# ---------------------------------------------------------------------------------------- log
+@main.group("log")
+def log_group() -> None:
+    """Read the cache log back."""
+
+
+@log_group.command("summary")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@kafka_options
+def log_summary(settings: Settings, output: str) -> None:
+    """Count the records of the cache log by type and kind, and list the bad ones."""
+    click.echo(_summary(settings, output))
+
+
+def _summary(settings: Settings, output: str) -> str:
+    from strata.cachelog import CacheLogReader
+    from strata.logview import format_summary, summarize
+
+    reader = CacheLogReader(settings)
+    summary = summarize(reader.read())
+    return json.dumps(summary, indent=2) if output == "json" else format_summary(summary, reader.topic)
+
+
+@log_group.command("dump")
+@click.option("--from-offset", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--to-offset", type=click.IntRange(min=0), help="stop before this offset (default: the end now)")
+@kafka_options
+def log_dump(settings: Settings, from_offset: int, to_offset: int | None) -> None:
+    """Print the records as trace-format JSON lines (replayable like the original trace)."""
+    from strata.cachelog import CacheLogReader
+    from strata.logview import as_trace_line
+
+    out = click.get_binary_stream("stdout")
+    for entry in CacheLogReader(settings).read(from_offset, to_offset):
+        out.write(as_trace_line(entry.record) + b"\n")
+
+
+# --------------------------------------------------------------------------------------- demo
+@main.command()
+@click.option(
+    "--trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="trace to publish (default: the sample cluster history shipped with Strata)",
+)
+@kafka_options
+def demo(settings: Settings, trace: Path | None) -> None:
+    """Publish a sample cluster history into a fresh cache log, read it back, summarize it."""
+    from ingest.from_trace import publish_trace
+    from strata.topics import ensure_topics
+
+    trace = trace or Path(str(files("strata.samples") / "sample-cluster.jsonl"))
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    settings = settings.with_(topic_prefix=f"{settings.topic_prefix}demo-{stamp}-{os.getpid()}.")
+    started = time.monotonic()
+    ensure_topics(settings)
+    report = publish_trace(settings, trace)
+    click.echo(f"published {report.records} records of {trace.name} ({len(report.bad)} bad, quarantined)")
+    click.echo(_summary(settings, "table"))
+    click.echo(
+        f"round trip in {time.monotonic() - started:.2f} s; look again with: "
+        f"strata log summary --topic-prefix {settings.topic_prefix}"
+    )
+
+
+# ----------------------------------------------------------------------- coming with the projector
+def _not_yet(name: str, issue: str) -> Callable[..., None]:
+    def command(**_: Any) -> None:
+        raise StrataError(f"`strata {name}` is not implemented yet ({issue})")
+
+    return command
+
+
+_PASS_ANYTHING = {"ignore_unknown_options": True, "allow_extra_args": True}
+for _name, _help in (
+    ("replay", "Fold a trace or archive offline into a snapshot."),
+    ("project", "Follow the cache log and keep checkpoints."),
+    ("snapshot", "Print the snapshot of the cache log at an offset."),
+):
+    main.command(_name, help=f"{_help} (Not implemented yet.)", context_settings=_PASS_ANYTHING)(
+        click.argument("args", nargs=-1, type=click.UNPROCESSED)(_not_yet(_name, "the projector"))
+    )
+
+if __name__ == "__main__":
+    main()

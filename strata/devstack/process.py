@@ -1,0 +1,87 @@
+"""Background processes of the local stack: start detached, find again by pid file, stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from strata.errors import StrataError
+
+
+@dataclass(frozen=True)
+class ProcessState:
+    pid: int
+    marker: str  # a string its command line holds, so a recycled pid is not taken for ours
+    port: int
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def read_state(path: Path) -> ProcessState | None:
+    try:
+        return ProcessState(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def alive(state: ProcessState | None) -> bool:
+    if state is None:
+        return False
+    try:
+        cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{state.pid}/stat").read_text()
+    except OSError:
+        return False
+    zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
+    return not zombie and state.marker.encode() in cmdline
+
+
+def start(argv: list[str], log_path: Path, state_path: Path, marker: str, port: int, cwd: Path) -> ProcessState:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        # A new session: the process outlives this command and ignores the terminal's signals.
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True
+        )
+    state = ProcessState(proc.pid, marker, port)
+    state_path.write_text(json.dumps(asdict(state)))
+    return state
+
+
+def stop(state_path: Path, timeout_s: float = 30.0) -> bool:
+    """Stop the process of ``state_path``; True when one was running."""
+    state = read_state(state_path)
+    was_running = alive(state)
+    if state is not None and was_running:
+        os.kill(state.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while alive(state) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if alive(state):
+            os.kill(state.pid, signal.SIGKILL)
+            while alive(state):
+                time.sleep(0.1)
+    state_path.unlink(missing_ok=True)
+    return was_running
+
+
+def wait_until(ready: Callable[[], bool], what: str, timeout_s: float, state: ProcessState, log_path: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if not alive(state):
+            raise StrataError(f"{what} exited during start-up; see {log_path}")
+        time.sleep(0.2)
+    raise StrataError(f"{what} not ready after {timeout_s:g} s; see {log_path}")

@@ -1,0 +1,159 @@
+"""Topic names and their creation with explicit configurations.
+
+The cache log is the truth: ONE partition (a total order), never compacted, kept forever, and
+stamped by the broker (LogAppendTime) so that its timestamps never go backwards and a time maps
+to an offset. Everything else carries work: commands for binders and evictors are spread over
+partitions, each with fixed-delay retry tiers and a dead-letter topic of as many partitions, so
+a retried or dead-lettered command keeps its partition.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic, TopicMetadata
+
+from strata.config import Settings
+from strata.errors import StrataError
+
+Work = Literal["bind", "evict"]
+WORKS: tuple[Work, ...] = ("bind", "evict")
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # etcd's object limit is 1.5 MiB; JSON of one object stays well below
+FOREVER = "-1"
+WEEK_MS = str(7 * 24 * 3600 * 1000)
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    prefix: str
+
+    @property
+    def cache_log(self) -> str:
+        return f"{self.prefix}cache-log"
+
+    @property
+    def quarantine(self) -> str:
+        return f"{self.prefix}quarantine"
+
+    def commands(self, work: Work) -> str:
+        return f"{self.prefix}{work}-commands"
+
+    def retry(self, work: Work, delay_s: int) -> str:
+        return f"{self.commands(work)}-retry-{delay_s}s"
+
+    def dead_letter(self, work: Work) -> str:
+        return f"{self.commands(work)}-dlt"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+    exact_partitions: bool = False  # the cache log must have exactly one
+    source: str | None = None  # a retry tier or dead-letter topic needs at least its source's partitions
+
+
+def plan(settings: Settings) -> list[TopicSpec]:
+    names = TopicNames(settings.topic_prefix)
+    replicated = {"min.insync.replicas": str(settings.min_insync_replicas), "unclean.leader.election.enable": "false"}
+    specs = [
+        TopicSpec(
+            names.cache_log,
+            1,
+            {
+                "cleanup.policy": "delete",
+                "retention.ms": FOREVER,
+                "retention.bytes": FOREVER,
+                "message.timestamp.type": "LogAppendTime",
+                "max.message.bytes": str(MAX_MESSAGE_BYTES),
+                **replicated,
+            },
+            exact_partitions=True,
+        ),
+        TopicSpec(
+            names.quarantine,
+            1,
+            # keyed by the origin's topic/partition/offset: a message quarantined again by another
+            # reader of the same log collapses into one copy
+            {"cleanup.policy": "compact", "max.message.bytes": str(MAX_MESSAGE_BYTES), **replicated},
+        ),
+    ]
+    work_config = {"cleanup.policy": "delete", "retention.ms": WEEK_MS, **replicated}
+    for work in WORKS:
+        source = names.commands(work)
+        specs.append(TopicSpec(source, settings.command_partitions, work_config))
+        specs += [
+            TopicSpec(names.retry(work, d), settings.command_partitions, work_config, source=source)
+            for d in settings.retry_delays_s
+        ]
+        dead_letter_config = {**work_config, "retention.ms": FOREVER}
+        specs.append(TopicSpec(names.dead_letter(work), settings.command_partitions, dead_letter_config, source=source))
+    return specs
+
+
+def admin_client(settings: Settings) -> AdminClient:
+    return AdminClient(settings.client_config())
+
+
+def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> dict[str, str]:
+    """Create every topic of the plan that is missing; check the ones that exist.
+
+    Returns topic -> "created" or "exists". Raises ``StrataError`` when an existing topic has a
+    shape the design forbids (a cache log with more than one partition, a retry tier or
+    dead-letter topic with fewer partitions than its source).
+    """
+    admin = admin_client(settings)
+    specs = plan(settings)
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                s.name, num_partitions=s.partitions, replication_factor=settings.replication_factor, config=s.config
+            )
+            for s in specs
+        ],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    outcome = {}
+    for name, future in futures.items():
+        try:
+            future.result()
+            outcome[name] = "created"
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise StrataError(f"cannot create topic {name}: {err.str()}") from exc
+            outcome[name] = "exists"
+    _check_shapes(admin, specs, timeout_s)
+    return outcome
+
+
+def _check_shapes(admin: AdminClient, specs: list[TopicSpec], timeout_s: float) -> None:
+    # A created topic reaches the brokers' metadata a moment after CreateTopics returns.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metadata = admin.list_topics(timeout=timeout_s)
+        missing = [s.name for s in specs if _unavailable(metadata.topics.get(s.name))]
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise StrataError(f"topic {missing[0]} is not available after {timeout_s:g} s")
+        time.sleep(0.1)
+    for spec in specs:
+        topic = metadata.topics[spec.name]
+        have = len(topic.partitions)
+        if spec.exact_partitions and have != spec.partitions:
+            raise StrataError(f"topic {spec.name} has {have} partitions; the cache log must have exactly one")
+        if spec.source is not None and have < len(metadata.topics[spec.source].partitions):
+            raise StrataError(
+                f"topic {spec.name} has {have} partitions, fewer than its source {spec.source}; "
+                "a retried command must keep its partition"
+            )
+
+
+def _unavailable(topic: TopicMetadata | None) -> bool:
+    return topic is None or topic.error is not None or any(p.leader < 0 for p in topic.partitions.values())

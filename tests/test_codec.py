@@ -1,0 +1,180 @@
+import contextlib
+import io
+import json
+from types import MappingProxyType
+
+import avro.schema
+import pytest
+from fastavro import parse_schema, schemaless_writer
+
+from schemas import (
+    BadRecord,
+    Bind,
+    BindCommand,
+    BindFailed,
+    BindSucceeded,
+    Catalog,
+    CodecError,
+    EncodeError,
+    Evict,
+    EvictCommand,
+    EvictFailed,
+    EvictSucceeded,
+    MalformedBody,
+    NotSingleObject,
+    Synced,
+    UnknownFingerprint,
+    WatchEvent,
+    decode,
+    default_catalog,
+    encode,
+)
+from schemas.catalog import load_version
+from schemas.codec import decode_datum
+from schemas.records import RECORD_CLASSES
+
+ONE_OF_EACH = [
+    WatchEvent(
+        op="ADDED",
+        api_version="v1",
+        kind="Pod",
+        name="p",
+        namespace="ns",
+        uid="u1",
+        resource_version="7",
+        observed_time_ms=1_700_000_000_000,
+        source="watch/Pod",
+        object=b'{"kind":"Pod"}',
+    ),
+    WatchEvent(op="DELETED", api_version="v1", kind="Node", name="n1", source="trace/x:3", object=b"{}"),
+    Bind(pod="u1", node="n1", replica="r1"),
+    Bind(pod="u1", node="n1"),
+    BindFailed(pod="u1", reason="node gone"),
+    Evict(pod="u1", reason="preempted", replica="r2"),
+    EvictFailed(pod="u1"),
+    BindSucceeded(pod="u1", node="n1"),
+    EvictSucceeded(pod="u1"),
+    Synced(kind="PodGroup"),
+    BadRecord(raw=b"\x00{", error="not JSON", source="trace/x:9"),
+    BindCommand(
+        command_id="cache-log@12",
+        log_offset=12,
+        pod_uid="u1",
+        namespace="ns",
+        name="p",
+        node="n1",
+        replica="r1",
+        extensions=MappingProxyType({"k": "v"}),
+    ),
+    EvictCommand(command_id="cache-log@13", log_offset=13, pod_uid="u1", namespace="ns", name="p", reason="r"),
+]
+
+
+def test_every_schema_has_a_record_class_and_an_example():
+    assert set(default_catalog().names()) == set(RECORD_CLASSES)
+    assert {r.SCHEMA for r in ONE_OF_EACH} == set(RECORD_CLASSES)
+
+
+@pytest.mark.parametrize("record", ONE_OF_EACH, ids=lambda r: type(r).__name__)
+def test_round_trip(record):
+    data = encode(record)
+    assert data[:2] == b"\xc3\x01"
+    assert data[2:10] == default_catalog().current(record.SCHEMA).fingerprint
+    assert decode(data) == record
+
+
+def _rabin(data: bytes) -> bytes:
+    """CRC-64-AVRO exactly as the Avro specification's reference code computes it."""
+    empty = 0xC15D213AA4D7A795
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (empty & -(fp & 1))
+        table.append(fp)
+    fp = empty
+    for b in data:
+        fp = (fp >> 8) ^ table[(fp ^ b) & 0xFF]
+    return fp.to_bytes(8, "little")
+
+
+def test_fingerprints_match_the_specification_and_the_avro_package():
+    from fastavro.schema import to_parsing_canonical_form
+
+    assert _rabin(b"") == (0xC15D213AA4D7A795).to_bytes(8, "little")
+    for version in default_catalog().all_versions():
+        pcf = to_parsing_canonical_form(version.parsed)
+        assert _rabin(pcf.encode()) == version.fingerprint, version.path.name
+        # a second, independent implementation (the Apache avro package)
+        assert avro.schema.parse(json.dumps(version.source)).fingerprint("CRC-64-AVRO") == version.fingerprint
+
+
+def test_not_single_object():
+    for data in (b"", b"\xc3", b"\xc3\x01\x00", b'{"type":"BIND"}', b"\x00\x00\x00\x00\x01abc" + bytes(8)):
+        with pytest.raises(NotSingleObject):
+            decode(data)
+
+
+def test_unknown_fingerprint():
+    body = encode(Bind(pod="u", node="n"))
+    with pytest.raises(UnknownFingerprint) as info:
+        decode(body[:2] + bytes(8) + body[10:])
+    assert info.value.fingerprint == bytes(8)
+    assert "0000000000000000" in str(info.value)
+
+
+@pytest.mark.parametrize("record", ONE_OF_EACH, ids=lambda r: type(r).__name__)
+def test_every_truncation_is_a_codec_error(record):
+    data = encode(record)
+    for cut in range(len(data)):
+        with pytest.raises(CodecError):
+            decode(data[:cut])
+
+
+def test_trailing_bytes_are_malformed():
+    with pytest.raises(MalformedBody, match="trailing"):
+        decode(encode(Synced(kind="Pod")) + b"\x00")
+
+
+def test_corrupt_bodies_raise_codec_errors_only():
+    data = bytearray(encode(ONE_OF_EACH[0]))
+    for i in range(10, len(data)):
+        for flip in (0x01, 0x80, 0xFF):
+            corrupt = bytearray(data)
+            corrupt[i] ^= flip
+            with contextlib.suppress(CodecError):  # any other exception fails the test
+                decode(bytes(corrupt))
+
+
+def test_encode_rejects_a_record_that_does_not_fit():
+    with pytest.raises(EncodeError):
+        encode(Bind(pod=12, node="n"))  # type: ignore[arg-type]
+    with pytest.raises(EncodeError):
+        encode(WatchEvent(op="PATCHED", api_version="v1", kind="Pod", name="p", source="s", object=b"{}"))
+
+
+def test_old_writer_resolves_to_the_current_reader(tmp_path):
+    """A message written under v1 decodes after v2 added a field with a default, and the
+    v2 writer's messages are found by their own fingerprint."""
+    v1 = default_catalog().current("strata.log.Synced")
+    v2_source = json.loads(json.dumps(v1.source))
+    v2_source["fields"].append({"name": "count", "type": "long", "default": 0})
+    (tmp_path / "Synced.v1.avsc").write_text(json.dumps(v1.source))
+    (tmp_path / "Synced.v2.avsc").write_text(json.dumps(v2_source))
+    catalog = Catalog.load(tmp_path)
+    assert catalog.current("strata.log.Synced").version == 2
+
+    old = encode(Synced(kind="Pod"))  # the repo's catalog writes v1
+    buf = io.BytesIO()
+    schemaless_writer(buf, parse_schema(v2_source), {"kind": "Node", "count": 3})
+    new = b"\xc3\x01" + catalog.current("strata.log.Synced").fingerprint + buf.getvalue()
+
+    assert decode_datum(old, catalog) == ("strata.log.Synced", {"kind": "Pod", "count": 0})
+    assert decode_datum(new, catalog) == ("strata.log.Synced", {"kind": "Node", "count": 3})
+
+
+def test_schema_file_names_must_match_their_schema(tmp_path):
+    path = tmp_path / "Bind.v1.avsc"
+    path.write_text(json.dumps({"type": "record", "name": "strata.log.Evict", "fields": []}))
+    with pytest.raises(ValueError, match="holds schema"):
+        load_version(path, 1)

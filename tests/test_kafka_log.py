@@ -1,0 +1,128 @@
+"""The cache log on the real broker: topics, round trips, bad messages, delivery errors."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from schemas import BadRecord, encode
+from strata.cachelog import CacheLogReader, CacheLogWriter, DeliveryError, Publisher
+from strata.config import Settings
+from strata.errors import StrataError
+from strata.metrics import BAD_MESSAGES
+from strata.topics import TopicNames, ensure_topics, plan
+from tests.test_codec import ONE_OF_EACH
+
+pytestmark = pytest.mark.kafka
+LOG_RECORDS = [r for r in ONE_OF_EACH if r.SCHEMA.startswith("strata.log.")]
+
+
+def _describe(settings: Settings, topic: str) -> dict[str, str]:
+    admin = AdminClient(settings.client_config())
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=10)
+    return {name: entry.value for name, entry in configs.items()}
+
+
+def test_topics_are_created_with_explicit_settings_and_idempotently(kafka: Settings):
+    names = TopicNames(kafka.topic_prefix)
+    metadata = AdminClient(kafka.client_config()).list_topics(timeout=10)
+    for spec in plan(kafka):
+        assert len(metadata.topics[spec.name].partitions) == spec.partitions
+    assert len(metadata.topics[names.cache_log].partitions) == 1
+    assert len(metadata.topics[names.retry("bind", 10)].partitions) == 2
+    log_config = _describe(kafka, names.cache_log)
+    assert log_config["cleanup.policy"] == "delete"
+    assert log_config["retention.ms"] == "-1" and log_config["retention.bytes"] == "-1"
+    assert log_config["message.timestamp.type"] == "LogAppendTime"
+    assert log_config["min.insync.replicas"] == "1"
+    assert _describe(kafka, names.quarantine)["cleanup.policy"] == "compact"
+    assert set(ensure_topics(kafka).values()) == {"exists"}
+
+
+def test_a_cache_log_with_two_partitions_is_refused(broker: Settings):
+    settings = broker.with_(topic_prefix=f"test-two-{os.getpid()}-{id(broker)}.")
+    admin = AdminClient(settings.client_config())
+    admin.create_topics([NewTopic(TopicNames(settings.topic_prefix).cache_log, 2, 1)])[
+        TopicNames(settings.topic_prefix).cache_log
+    ].result(timeout=10)
+    with pytest.raises(StrataError, match="must have exactly one"):
+        ensure_topics(settings)
+
+
+def test_every_record_type_round_trips_through_the_broker(kafka: Settings):
+    writer = CacheLogWriter(kafka)
+    for record in LOG_RECORDS:
+        writer.append(record)
+    writer.flush()
+    entries = list(CacheLogReader(kafka).read())
+    assert [e.record for e in entries] == LOG_RECORDS
+    assert [e.offset for e in entries] == list(range(len(LOG_RECORDS)))
+    stamps = [e.timestamp_ms for e in entries]
+    assert stamps == sorted(stamps) and stamps[0] > 0  # broker-assigned, never backwards
+
+
+def test_bad_messages_are_counted_quarantined_and_keep_their_place(kafka: Settings):
+    names = TopicNames(kafka.topic_prefix)
+    good = encode(LOG_RECORDS[2])
+    unknown_fingerprint = good[:2] + bytes.fromhex("deadbeefdeadbeef") + good[10:]
+    raw = Producer(kafka.client_config())
+    values = [good, b"\x00garbage{", unknown_fingerprint, good[:-3], encode(ONE_OF_EACH[-1]), good]
+    for value in values:
+        raw.produce(names.cache_log, value)
+    assert raw.flush(10) == 0
+
+    def counted(reason: str) -> float:
+        return BAD_MESSAGES.labels(names.cache_log, reason)._value.get()
+
+    quarantine = Publisher(kafka)
+    reader = CacheLogReader(kafka, quarantine=quarantine)
+    entries = list(reader.read())
+    assert [e.offset for e in entries] == list(range(6))
+    assert entries[0].record == entries[5].record == LOG_RECORDS[2]
+    kinds = [type(e.record).__name__ for e in entries]
+    assert kinds == ["Bind", "BadRecord", "BadRecord", "BadRecord", "BadRecord", "Bind"]
+    assert "unknown schema fingerprint deadbeefdeadbeef" in entries[2].record.error
+    assert dict(reader.stats.bad) == {
+        "not-single-object": 1,
+        "unknown-fingerprint": 1,
+        "malformed-body": 1,
+        "not-a-log-record": 1,
+    }
+    assert reader.stats.records == 6
+    assert counted("unknown-fingerprint") == 1 and counted("malformed-body") == 1
+    assert all(isinstance(e.record, BadRecord) and e.record.raw == values[e.offset] for e in entries[1:5])
+
+    consumer = Consumer(kafka.client_config(**{"group.id": "t", "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(names.quarantine, 0, 0)])
+    copies = consumer.consume(4, timeout=10)
+    consumer.close()
+    assert [m.value() for m in copies] == values[1:5]
+    headers = dict(copies[1].headers())
+    assert headers["strata.reason"] == b"unknown-fingerprint"
+    assert headers["strata.origin.offset"] == b"2" and headers["strata.origin.topic"] == names.cache_log.encode()
+
+
+def test_a_delivery_error_is_raised_not_dropped(kafka: Settings):
+    topic = f"{kafka.topic_prefix}tiny"
+    admin = AdminClient(kafka.client_config())  # kept referenced: a collected client cancels its futures
+    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "1024"})])[topic].result(timeout=10)
+    publisher = Publisher(kafka, **{"compression.type": "none"})
+    publisher.publish(topic, b"x" * 100)
+    publisher.flush(30)  # alone in its batch: a batch is accepted or refused whole
+    publisher.publish(topic, b"x" * 4096)
+    with pytest.raises(DeliveryError, match=r"too large|MSG_SIZE_TOO_LARGE|larger"):
+        publisher.flush(30)
+    with pytest.raises(DeliveryError):
+        publisher.publish(topic, b"y")  # the publisher stays failed: nothing after a lost record
+    assert publisher.delivered[topic] == 1
+
+
+def test_the_producer_is_idempotent(kafka: Settings):
+    from strata.cachelog import producer_config
+
+    config = producer_config(kafka)
+    assert config["enable.idempotence"] is True and config["acks"] == "all"
