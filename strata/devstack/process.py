@@ -36,15 +36,21 @@ def read_state(path: Path) -> ProcessState | None:
 
 
 def alive(state: ProcessState | None) -> bool:
-    if state is None:
+    """Whether the process of ``state`` runs (and is ours, not a recycled pid)."""
+    if state is None or not _running(state.pid):
         return False
     try:
-        cmdline = Path(f"/proc/{state.pid}/cmdline").read_bytes()
-        stat = Path(f"/proc/{state.pid}/stat").read_text()
+        return state.marker.encode() in Path(f"/proc/{state.pid}/cmdline").read_bytes()
     except OSError:
         return False
-    zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
-    return not zombie and state.marker.encode() in cmdline
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def start(argv: list[str], log_path: Path, state_path: Path, marker: str, port: int, cwd: Path) -> ProcessState:
@@ -81,7 +87,8 @@ def wait_until(ready: Callable[[], bool], what: str, timeout_s: float, state: Pr
     while time.monotonic() < deadline:
         if ready():
             return
-        if not alive(state):
+        # by pid alone: right after the fork, the command line is not yet the new program's
+        if not _running(state.pid):
             raise StrataError(f"{what} exited during start-up; see {log_path}")
         time.sleep(0.2)
     raise StrataError(f"{what} not ready after {timeout_s:g} s; see {log_path}")

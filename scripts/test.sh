@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, the schema gate, then every test against the real broker that
+# `strata dev up` fetches and starts (it stays up for the next run; `strata dev down` stops it).
+source "$(dirname "$0")/bootstrap.sh"
+ruff check .
+ruff format --check .
+python -m schemas.evolution
+eval "$(strata dev up)"
+pytest "$@"
