@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ingest.redaction import redact
 from schemas import (
@@ -99,7 +99,22 @@ def record_from_json(value: Any, source: str) -> LogRecord:
     raise BadLine(f"unknown record type {kind!r}")
 
 
-def _watch_event(op: str, obj: Any, source: str) -> WatchEvent:
+class Envelope(NamedTuple):
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+    uid: str | None
+    resource_version: str | None
+
+
+def check_watch(op: str, obj: Any) -> Envelope:
+    """The identity of a watch event's object; raises ``BadLine`` when a required field is missing.
+
+    Required (trace-format.md): apiVersion, kind and metadata.name; metadata.namespace for Pod and
+    PodGroup; metadata.uid for Pod, in DELETED records too (present: its type is checked only in
+    ADDED and MODIFIED records, by the fold).
+    """
     if not isinstance(obj, dict):
         raise BadLine(f"{op} without an object")
     api_version = _string(obj, "apiVersion", op)
@@ -112,17 +127,29 @@ def _watch_event(op: str, obj: Any, source: str) -> WatchEvent:
     if (api_version, kind) in NAMESPACED:
         namespace = _string(metadata, "namespace", f"{op} {kind}")
     uid = metadata.get("uid")
-    if (api_version, kind) == ("v1", "Pod"):
-        uid = _string(metadata, "uid", f"{op} {kind}")
+    if (api_version, kind) == ("v1", "Pod") and uid is None:
+        raise BadLine(f"{op} {kind} lacks uid")
     rv = metadata.get("resourceVersion")
+    return Envelope(
+        api_version,
+        kind,
+        namespace if isinstance(namespace, str) else None,
+        name,
+        uid if isinstance(uid, str) else None,
+        rv if isinstance(rv, str) else None,
+    )
+
+
+def _watch_event(op: str, obj: Any, source: str) -> WatchEvent:
+    env = check_watch(op, obj)
     return WatchEvent(
         op=op,
-        api_version=api_version,
-        kind=kind,
-        name=name,
-        namespace=namespace if isinstance(namespace, str) else None,
-        uid=uid if isinstance(uid, str) else None,
-        resource_version=rv if isinstance(rv, str) else None,
+        api_version=env.api_version,
+        kind=env.kind,
+        name=env.name,
+        namespace=env.namespace,
+        uid=env.uid,
+        resource_version=env.resource_version,
         source=source,
         object=objectjson.dumps(redact(obj)),
     )

@@ -1,0 +1,113 @@
+"""A dict with O(1) snapshots: 64 shards, each copied on its first write after a snapshot.
+
+``freeze()`` hands out a read-only view that shares every shard and marks them all as shared;
+the next write to a shared shard copies that shard (about 1/64 of the map) before changing it.
+So a snapshot costs 64 pointer copies however large the map is, a write costs a dict store, and
+the copying after a snapshot is bounded by the size of the map, spread over the next writes.
+Which shard a key lives in depends on Python's hash, which varies between processes; nothing
+that leaves this module depends on it (iteration is sorted where order matters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+SHARDS = 64
+_MASK = SHARDS - 1
+
+
+class CowMap(Generic[K, V]):
+    __slots__ = ("_owned", "_shards")
+
+    def __init__(self) -> None:
+        self._shards: list[dict[K, V]] = [{} for _ in range(SHARDS)]
+        self._owned = [True] * SHARDS
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        return self._shards[hash(key) & _MASK].get(key, default)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._shards[hash(key) & _MASK]
+
+    def __getitem__(self, key: K) -> V:
+        return self._shards[hash(key) & _MASK][key]
+
+    def __setitem__(self, key: K, value: V) -> None:
+        i = hash(key) & _MASK
+        if not self._owned[i]:
+            self._shards[i] = dict(self._shards[i])
+            self._owned[i] = True
+        self._shards[i][key] = value
+
+    def pop(self, key: K, default: V | None = None) -> V | None:
+        i = hash(key) & _MASK
+        shard = self._shards[i]
+        if key not in shard:
+            return default
+        if not self._owned[i]:
+            shard = self._shards[i] = dict(shard)
+            self._owned[i] = True
+        return shard.pop(key)
+
+    def __len__(self) -> int:
+        return sum(map(len, self._shards))
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        for shard in self._shards:
+            yield from shard.items()
+
+    def values(self) -> Iterator[V]:
+        for shard in self._shards:
+            yield from shard.values()
+
+    def keys(self) -> Iterator[K]:
+        for shard in self._shards:
+            yield from shard
+
+    def freeze(self) -> FrozenMap[K, V]:
+        """A read-only view of the map as it is now; later writes do not reach it."""
+        self._owned = [False] * SHARDS
+        return FrozenMap(list(self._shards))
+
+    @classmethod
+    def from_items(cls, items: Iterator[tuple[K, V]] | list[tuple[K, V]]) -> CowMap[K, V]:
+        m: CowMap[K, V] = cls()
+        for k, v in items:
+            m[k] = v
+        return m
+
+
+class FrozenMap(Generic[K, V]):
+    """The read side of a snapshot of a ``CowMap``."""
+
+    __slots__ = ("_shards",)
+
+    def __init__(self, shards: list[dict[K, V]]) -> None:
+        self._shards = shards
+
+    def get(self, key: K, default: V | None = None) -> V | None:
+        return self._shards[hash(key) & _MASK].get(key, default)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._shards[hash(key) & _MASK]
+
+    def __getitem__(self, key: K) -> V:
+        return self._shards[hash(key) & _MASK][key]
+
+    def __len__(self) -> int:
+        return sum(map(len, self._shards))
+
+    def items(self) -> Iterator[tuple[K, V]]:
+        for shard in self._shards:
+            yield from shard.items()
+
+    def values(self) -> Iterator[V]:
+        for shard in self._shards:
+            yield from shard.values()
+
+    def keys(self) -> Iterator[K]:
+        for shard in self._shards:
+            yield from shard

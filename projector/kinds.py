@@ -1,0 +1,500 @@
+"""The seven kinds the cache reads, checked and reduced to what the fold needs.
+
+Each ``*_view`` function takes a Kubernetes object (as parsed JSON) of an ADDED or MODIFIED
+record, checks every field the spec types (cache-semantics.md, section 1), parses every quantity
+the spec names, and returns an immutable view; a record that breaks a rule raises ``BadObject``.
+JSON null is absent everywhere. Views keep only derived values, never the raw object.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple
+
+from projector.resources import BadQuantity, Resources, parse_resources
+
+POD = ("v1", "Pod")
+NODE = ("v1", "Node")
+PODGROUP = ("scheduling.volcano.sh/v1beta1", "PodGroup")
+QUEUE = ("scheduling.volcano.sh/v1beta1", "Queue")
+PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
+CSINODE = ("storage.k8s.io/v1", "CSINode")
+HYPERNODE = ("topology.volcano.sh/v1alpha1", "HyperNode")
+KINDS = frozenset({POD, NODE, PODGROUP, QUEUE, PRIORITY_CLASS, CSINODE, HYPERNODE})
+NAMESPACED = frozenset({POD, PODGROUP})
+
+GROUP_NAME = "scheduling.k8s.io/group-name"
+TASK_PRIORITY = "volcano.sh/task-priority"
+PREEMPTABLE = "volcano.sh/preemptable"
+TASK_SPEC = "volcano.sh/task-spec"
+REVOCABLE_ZONE = "volcano.sh/revocable-zone"
+OVERSUB_CPU = "volcano.sh/oversubscription-cpu"
+OVERSUB_MEMORY = "volcano.sh/oversubscription-memory"
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+CSI_UNLIMITED = 2147483647
+_GO_BOOL = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+            "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}  # fmt: skip
+_GO_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_OVERSUB = re.compile(r"(?P<sign>[+-]?)(?P<int>[0-9]+)?(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[+-]?[0-9]+))?", re.ASCII)
+_PHASES = {"Running", "Pending", "Succeeded", "Failed"}
+
+
+class BadObject(ValueError):
+    """An ADDED or MODIFIED object that breaks a rule of the spec: the record is bad."""
+
+
+# ------------------------------------------------------------------------------------- checks
+def _obj(parent: dict[str, Any], key: str, what: str) -> dict[str, Any] | None:
+    value = parent.get(key)
+    if value is None or type(value) is dict:
+        return value
+    raise BadObject(f"{what}.{key} is not an object")
+
+
+def _arr(parent: dict[str, Any], key: str, what: str) -> list[Any]:
+    value = parent.get(key)
+    if value is None:
+        return []
+    if type(value) is list:
+        return value
+    raise BadObject(f"{what}.{key} is not an array")
+
+
+def _str(parent: dict[str, Any], key: str, what: str) -> str | None:
+    value = parent.get(key)
+    if value is None or type(value) is str:
+        return value
+    raise BadObject(f"{what}.{key} is not a string")
+
+
+def _int(parent: dict[str, Any], key: str, what: str) -> int | None:
+    value = parent.get(key)
+    if value is None or (type(value) is int):
+        return value
+    raise BadObject(f"{what}.{key} is not an integer")
+
+
+def _bool(parent: dict[str, Any], key: str, what: str) -> bool | None:
+    value = parent.get(key)
+    if value is None or type(value) is bool:
+        return value
+    raise BadObject(f"{what}.{key} is not a boolean")
+
+
+def _string_map(parent: dict[str, Any], key: str, what: str) -> dict[str, str]:
+    """Labels or annotations: an object of strings; a null value is an absent entry."""
+    value = _obj(parent, key, what)
+    if not value:
+        return {}
+    out = value
+    for k, v in value.items():
+        if type(v) is not str:
+            if v is not None:
+                raise BadObject(f"{what}.{key}[{k!r}] is not a string")
+            out = {k: v for k, v in value.items() if v is not None} if out is value else out
+    return out
+
+
+def _resources(parent: dict[str, Any] | None, key: str, what: str) -> Resources:
+    if parent is None:
+        return {}
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if type(value) is not dict:
+        raise BadObject(f"{what}.{key} is not an object")
+    try:
+        return parse_resources(value)
+    except BadQuantity as exc:
+        raise BadObject(f"{what}.{key}: {exc}") from None
+
+
+class Meta(NamedTuple):
+    name: str
+    namespace: str | None
+    uid: str | None
+    resource_version: str | None
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+def metadata(obj: dict[str, Any]) -> Meta:
+    meta = obj.get("metadata")
+    if type(meta) is not dict:
+        raise BadObject("metadata is not an object")
+    name = _str(meta, "name", "metadata")
+    if name is None:
+        raise BadObject("metadata.name is missing")
+    ns = _str(meta, "namespace", "metadata")
+    uid = _str(meta, "uid", "metadata")
+    rv = _str(meta, "resourceVersion", "metadata")
+    _str(meta, "deletionTimestamp", "metadata")
+    labels = _string_map(meta, "labels", "metadata")
+    annotations = _string_map(meta, "annotations", "metadata")
+    return Meta(name, ns, uid, rv, labels, annotations)
+
+
+def go_bool(text: str) -> bool | None:
+    return _GO_BOOL.get(text)
+
+
+def go_int32(text: str) -> int | None:
+    """strconv.ParseInt(text, 10, 32), or None where it fails."""
+    if not _GO_INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if INT32[0] <= value <= INT32[1] else None
+
+
+# ---------------------------------------------------------------------------------------- pod
+class PodView(NamedTuple):
+    namespace: str
+    name: str
+    uid: str
+    accepted: bool
+    job: str | None
+    status: str
+    node: str
+    priority: int
+    preemptable: bool
+    role: str
+    resreq: Resources
+    best_effort: bool
+
+
+def pod_view(obj: dict[str, Any], scheduler_names: frozenset[str]) -> PodView:
+    meta = metadata(obj)
+    if meta.namespace is None:
+        raise BadObject("metadata.namespace is missing")
+    if meta.uid is None:
+        raise BadObject("metadata.uid is missing")
+    spec = _obj(obj, "spec", "pod") or {}
+    status = _obj(obj, "status", "pod") or {}
+    scheduler = _str(spec, "schedulerName", "spec")
+    node = _str(spec, "nodeName", "spec") or ""
+    phase = _str(status, "phase", "status")
+    priority = _int(spec, "priority", "spec")
+    if priority is not None and not INT32[0] <= priority <= INT32[1]:
+        raise BadObject("spec.priority is out of int32 range")
+    resreq = pod_request(spec)
+
+    annotations = meta.annotations
+    labels = meta.labels
+    group = annotations.get(GROUP_NAME)
+    deleting = bool(obj["metadata"].get("deletionTimestamp"))
+    if phase == "Running":
+        task_status = "Releasing" if deleting else "Running"
+    elif phase == "Pending":
+        task_status = "Releasing" if deleting else ("Bound" if node else "Pending")
+    elif phase == "Succeeded" or phase == "Failed":
+        task_status = phase
+    else:
+        task_status = "Unknown"
+    if priority is None:
+        priority = 1
+    annotated = annotations.get(TASK_PRIORITY)
+    if annotated is not None:
+        parsed = go_int32(annotated)
+        if parsed is not None:
+            priority = parsed
+    if PREEMPTABLE in annotations:
+        preemptable = go_bool(annotations[PREEMPTABLE]) or False
+    elif PREEMPTABLE in labels:
+        preemptable = go_bool(labels[PREEMPTABLE]) or False
+    else:
+        preemptable = True
+    role = annotations.get(TASK_SPEC) or labels.get(TASK_SPEC) or ""
+    best_effort = all(v == 0 for k, v in resreq.items() if k != "pods")
+    return PodView(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        accepted=(scheduler in scheduler_names) or bool(node),
+        job=f"{meta.namespace}/{group}" if group else None,
+        status=task_status,
+        node=node,
+        priority=priority,
+        preemptable=preemptable,
+        role=role,
+        resreq=resreq,
+        best_effort=best_effort,
+    )
+
+
+def pod_request(spec: dict[str, Any]) -> Resources:
+    """GetPodResourceRequest (cache-semantics.md 3.1), every quantity checked."""
+    result: Resources = {}
+    for c in _arr(spec, "containers", "spec"):
+        for k, v in _container_request(c, "spec.containers").items():
+            result[k] = result.get(k, 0) + v
+    restartable: Resources = {}
+    init_max: Resources = {}
+    for ic in _arr(spec, "initContainers", "spec"):
+        req = _container_request(ic, "spec.initContainers")
+        if ic.get("restartPolicy") == "Always":  # a sidecar runs beside the main containers
+            for k, v in req.items():
+                result[k] = result.get(k, 0) + v
+                restartable[k] = restartable.get(k, 0) + v
+            candidate = restartable
+        else:
+            candidate = dict(req)
+            for k, v in restartable.items():
+                candidate[k] = candidate.get(k, 0) + v
+        for k, v in candidate.items():
+            if k not in init_max or v > init_max[k]:
+                init_max[k] = v
+    for k, v in init_max.items():
+        if k not in result or v > result[k]:
+            result[k] = v
+    result["pods"] = result.get("pods", 0) + 1
+    pod_resources = _obj(spec, "resources", "spec")
+    pod_level = _resources(pod_resources, "requests", "spec.resources")
+    for k, v in pod_level.items():
+        if k == "cpu" or k == "memory" or k.startswith("hugepages-"):
+            result[k] = v
+    overhead = _resources(spec, "overhead", "spec")
+    for k, v in overhead.items():
+        result[k] = result.get(k, 0) + v
+    return result
+
+
+def _container_request(container: Any, what: str) -> Resources:
+    if type(container) is not dict:
+        raise BadObject(f"{what} holds an element that is not an object")
+    resources = _obj(container, "resources", what)
+    return _resources(resources, "requests", f"{what}.resources")
+
+
+# --------------------------------------------------------------------------------------- node
+class Taint(NamedTuple):
+    key: str
+    value: str
+    effect: str
+
+
+class NodeView(NamedTuple):
+    name: str
+    allocatable: Resources
+    capacity: Resources
+    oversub_cpu: int
+    oversub_memory: int
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    labels: dict[str, str]
+    revocable_zone: str
+
+
+def node_view(obj: dict[str, Any]) -> NodeView:
+    meta = metadata(obj)
+    spec = _obj(obj, "spec", "node") or {}
+    status = _obj(obj, "status", "node") or {}
+    unschedulable = _bool(spec, "unschedulable", "spec") or False
+    taints = []
+    for t in _arr(spec, "taints", "spec"):
+        if type(t) is not dict:
+            raise BadObject("spec.taints holds an element that is not an object")
+        taints.append(Taint(_str(t, "key", "taint") or "", _str(t, "value", "taint") or "",
+                            _str(t, "effect", "taint") or ""))  # fmt: skip
+    return NodeView(
+        name=meta.name,
+        allocatable=_resources(status, "allocatable", "status"),
+        capacity=_resources(status, "capacity", "status"),
+        oversub_cpu=oversubscription(meta.annotations.get(OVERSUB_CPU)),
+        oversub_memory=oversubscription(meta.annotations.get(OVERSUB_MEMORY)),
+        unschedulable=unschedulable,
+        taints=tuple(taints),
+        labels=meta.labels,
+        revocable_zone=meta.labels.get(REVOCABLE_ZONE) or "",
+    )
+
+
+def oversubscription(text: str | None) -> int:
+    """ceil(v) of an oversubscription annotation, 0 when it does not match or fit an int64."""
+    if text is None:
+        return 0
+    m = _OVERSUB.fullmatch(text)
+    if m is None or (m["int"] is None and not m["frac"]):
+        return 0
+    frac = m["frac"] or ""
+    digits = ((m["int"] or "") + frac).lstrip("0")
+    if not digits:
+        return 0
+    exponent = int(m["exp"] or "0") - len(frac)
+    if len(digits) - 1 + exponent > 19:
+        return 0
+    if len(digits) + exponent < -2:
+        magnitude = 1  # 0 < v < 1: ceil is 1 (or 0 for a negative v)
+        return 0 if m["sign"] == "-" else magnitude
+    n = int(digits)
+    if exponent >= 0:
+        value = n * 10**exponent
+        value = -value if m["sign"] == "-" else value
+    elif m["sign"] == "-":
+        value = -(n // 10**-exponent)  # ceil of a negative value truncates toward zero
+    else:
+        value = -((-n) // 10**-exponent)
+    return value if INT64[0] <= value <= INT64[1] else 0
+
+
+# ----------------------------------------------------------------------------------- podgroup
+class PodGroupView(NamedTuple):
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str | None
+    queue: str | None
+    min_member: int
+    min_task_member: dict[str, int]
+    phase: str
+    preemptable: bool
+    priority_class: str | None
+
+
+def podgroup_view(obj: dict[str, Any]) -> PodGroupView:
+    meta = metadata(obj)
+    if meta.namespace is None:
+        raise BadObject("metadata.namespace is missing")
+    spec = _obj(obj, "spec", "podgroup") or {}
+    status = _obj(obj, "status", "podgroup") or {}
+    min_task = _obj(spec, "minTaskMember", "spec") or {}
+    min_task_member = {}
+    for k, v in min_task.items():
+        if v is None:
+            continue
+        if type(v) is not int:
+            raise BadObject("spec.minTaskMember holds a value that is not an integer")
+        min_task_member[k] = v
+    if PREEMPTABLE in meta.annotations:
+        preemptable = go_bool(meta.annotations[PREEMPTABLE]) or False
+    else:
+        preemptable = go_bool(meta.labels.get(PREEMPTABLE, "")) or False
+    return PodGroupView(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid or "",
+        resource_version=meta.resource_version,
+        queue=_str(spec, "queue", "spec") or None,
+        min_member=_int(spec, "minMember", "spec") or 0,
+        min_task_member=min_task_member,
+        phase=_str(status, "phase", "status") or "",
+        preemptable=preemptable,
+        priority_class=_str(spec, "priorityClassName", "spec"),
+    )
+
+
+# -------------------------------------------------------------------------------------- queue
+class QueueView(NamedTuple):
+    name: str
+    resource_version: str | None
+    weight: int
+    reclaimable: bool
+    state: str
+    parent: str
+    priority: int
+    capability: Resources
+    deserved: Resources
+    guarantee: Resources
+
+
+def queue_view(obj: dict[str, Any]) -> QueueView:
+    meta = metadata(obj)
+    spec = _obj(obj, "spec", "queue") or {}
+    status = _obj(obj, "status", "queue") or {}
+    reclaimable = _bool(spec, "reclaimable", "spec")
+    guarantee = _obj(spec, "guarantee", "spec")
+    return QueueView(
+        name=meta.name,
+        resource_version=meta.resource_version,
+        weight=_int(spec, "weight", "spec") or 0,
+        reclaimable=True if reclaimable is None else reclaimable,
+        state=_str(status, "state", "status") or "",
+        parent=_str(spec, "parent", "spec") or "",
+        priority=_int(spec, "priority", "spec") or 0,
+        capability=_resources(spec, "capability", "spec"),
+        deserved=_resources(spec, "deserved", "spec"),
+        guarantee=_resources(guarantee, "resource", "spec.guarantee"),
+    )
+
+
+# ------------------------------------------------------------------------------ priorityclass
+class PriorityClassView(NamedTuple):
+    name: str
+    value: int
+    global_default: bool
+
+
+def priority_class_view(obj: dict[str, Any]) -> PriorityClassView:
+    meta = metadata(obj)
+    return PriorityClassView(meta.name, _int(obj, "value", "priorityclass") or 0,
+                             _bool(obj, "globalDefault", "priorityclass") or False)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------ csinode
+class CSINodeView(NamedTuple):
+    name: str
+    drivers: dict[str, bool]  # driver name -> whether allocatable.count is set
+    scalars: Resources  # attachable-volumes-csi-<driver> -> count
+
+
+def csinode_view(obj: dict[str, Any]) -> CSINodeView:
+    meta = metadata(obj)
+    spec = _obj(obj, "spec", "csinode") or {}
+    drivers: dict[str, bool] = {}
+    scalars: Resources = {}
+    for d in _arr(spec, "drivers", "spec"):
+        if type(d) is not dict:
+            raise BadObject("spec.drivers holds an element that is not an object")
+        name = _str(d, "name", "driver")
+        allocatable = d.get("allocatable")
+        count = None
+        if type(allocatable) is dict:
+            count = _int(allocatable, "count", "driver.allocatable")
+            if count is not None and count < 0:
+                raise BadObject("driver.allocatable.count is negative")
+        elif allocatable is not None:
+            raise BadObject("driver.allocatable is not an object")
+        if name:
+            drivers[name] = count is not None
+            scalars["attachable-volumes-csi-" + name.replace("/", "-")] = CSI_UNLIMITED if count is None else count
+    return CSINodeView(meta.name, drivers, scalars)
+
+
+# ---------------------------------------------------------------------------------- hypernode
+class Member(NamedTuple):
+    type: str  # Node or HyperNode
+    exact: str | None
+    regex: str | None
+    label_selector: Any  # the labelMatch object as written, or None
+
+
+class HyperNodeView(NamedTuple):
+    name: str
+    tier: int
+    tier_name: str
+    members: tuple[Member, ...]
+
+
+def hypernode_view(obj: dict[str, Any]) -> HyperNodeView:
+    meta = metadata(obj)
+    spec = _obj(obj, "spec", "hypernode") or {}
+    members = []
+    for m in _arr(spec, "members", "spec"):
+        if type(m) is not dict:
+            raise BadObject("spec.members holds an element that is not an object")
+        selector = m.get("selector")
+        selector = selector if type(selector) is dict else {}
+        exact = selector.get("exactMatch")
+        regex = selector.get("regexMatch")
+        exact_name = exact.get("name") if type(exact) is dict else None
+        pattern = regex.get("pattern") if type(regex) is dict else None
+        members.append(
+            Member(
+                type=m.get("type") if type(m.get("type")) is str else "",
+                exact=exact_name if type(exact_name) is str and exact_name else None,
+                regex=pattern if type(pattern) is str and pattern else None,
+                label_selector=selector.get("labelMatch"),
+            )
+        )
+    return HyperNodeView(meta.name, _int(spec, "tier", "spec") or 0, _str(spec, "tierName", "spec") or "",
+                         tuple(members))  # fmt: skip

@@ -1,0 +1,164 @@
+"""Resource maps: Kubernetes ResourceLists read into exact integers (cache-semantics.md, section 2).
+
+A resource map is a plain ``dict`` from resource name to ``int`` that is never mutated once
+built: every operation returns a new one, so snapshots can share them. A key stays once any
+source named it, even at 0 (the BIND fit check reads the key set); output drops zero entries.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from schemas.objectjson import NumberLiteral
+
+Resources = dict[str, int]
+EMPTY: Resources = {}
+
+INT64_MAX = 2**63 - 1
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-]?)(?:(?P<int>[0-9]+)(?:\.(?P<frac>[0-9]*))?|\.(?P<frac_only>[0-9]+))"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?",
+    re.ASCII,
+)
+# suffix -> (multiplier numerator, base-10 exponent): value = m * 10**e
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_WHITESPACE = " \t\r\n"
+
+
+class BadQuantity(ValueError):
+    """A quantity that does not parse, is negative, or does not fit in an int64."""
+
+
+def is_scalar_name(name: str) -> bool:
+    """Kubernetes' IsScalarResourceName, as cache-semantics.md section 2 words it."""
+    if "kubernetes.io/" in name or name.startswith(("hugepages-", "attachable-volumes-")):
+        return True
+    if name.startswith("requests.") or name.count("/") != 1:
+        return False
+    prefix, _, part = name.partition("/")
+    return (
+        len(prefix) <= 253
+        and _DNS_SUBDOMAIN.fullmatch(prefix) is not None
+        and 1 <= len(part) <= 63
+        and _NAME_PART.fullmatch(part) is not None
+    )
+
+
+def scale_of(name: str) -> int | None:
+    """1000 for milli-scaled names, 1 for counts and bytes, None for names the cache ignores."""
+    if name == "cpu":
+        return 1000
+    if name in ("memory", "pods"):
+        return 1
+    if name == "ephemeral-storage":
+        return 1000
+    if name.startswith("count/"):
+        return None
+    return 1000 if is_scalar_name(name) else None
+
+
+def quantity_text(value: Any) -> str:
+    """The literal text of a quantity: a JSON string, or a JSON number as written."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, NumberLiteral):
+        return value.text
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise BadQuantity(f"quantity {value!r} is not a string or a number")
+
+
+def parse_quantity(value: Any, scale: int) -> int:
+    """ceil(q * scale) of the quantity ``value``, exactly."""
+    text = quantity_text(value).strip(_WHITESPACE)
+    m = _QUANTITY.fullmatch(text)
+    if m is None:
+        raise BadQuantity(f"quantity {text!r} does not parse")
+    frac = m["frac"] if m["frac"] is not None else (m["frac_only"] or "")
+    digits = ((m["int"] or "") + frac).lstrip("0")
+    if not digits:
+        return 0  # any sign or exponent: zero ("-0" is not negative)
+    if m["sign"] == "-":
+        raise BadQuantity(f"quantity {text!r} is negative")
+    suffix = m["suffix"] or ""
+    if suffix in _BINARY:
+        multiplier, exponent = _BINARY[suffix] * scale, -len(frac)
+    elif suffix in _DECIMAL:
+        multiplier, exponent = scale, _DECIMAL[suffix] - len(frac)
+    else:
+        multiplier, exponent = scale, int(suffix[1:]) - len(frac)
+    # value = digits * multiplier * 10**exponent. Bound its number of decimal digits first, so
+    # that "1e999999" or a 5000-digit literal never builds a huge integer.
+    width = len(digits) + len(str(multiplier))
+    if width - 1 + exponent > 20:
+        raise BadQuantity(f"quantity {text!r} is out of range")
+    if width + exponent < -5:
+        return 1  # a positive value below one unit rounds up to one
+    numerator = _int_of_digits(digits) * multiplier
+    stored = numerator * 10**exponent if exponent >= 0 else -((-numerator) // 10**-exponent)
+    if stored > INT64_MAX:
+        raise BadQuantity(f"quantity {text!r} is out of range")
+    return stored
+
+
+def _int_of_digits(digits: str) -> int:
+    # int(str) refuses more than 4300 digits (CPython's guard against quadratic parsing)
+    if len(digits) <= 4000:
+        return int(digits)
+    value = 0
+    for i in range(0, len(digits), 4000):
+        chunk = digits[i : i + 4000]
+        value = value * 10 ** len(chunk) + int(chunk)
+    return value
+
+
+def parse_resources(values: Any) -> Resources:
+    """R(values): every entry parsed (ignored names too), stored under the names the cache keeps."""
+    if values is None:
+        return EMPTY
+    if not isinstance(values, dict):
+        raise BadQuantity("a resource list is not an object")
+    out: Resources = {}
+    for name, quantity in values.items():
+        if quantity is None:
+            continue
+        scale = scale_of(name)
+        stored = parse_quantity(quantity, scale or 1)
+        if scale is not None:
+            out[name] = stored
+    return out
+
+
+def add(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
+    if not b:
+        return a if isinstance(a, dict) else dict(a)
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def sub(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
+    if not b:
+        return a if isinstance(a, dict) else dict(a)
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) - v
+    return out
+
+
+def maximum(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = max(out.get(k, 0), v)
+    return out
+
+
+def nonzero(r: Mapping[str, int]) -> dict[str, int]:
+    """The output form: only non-zero entries."""
+    return {k: v for k, v in r.items() if v}

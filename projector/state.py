@@ -1,0 +1,333 @@
+"""The fold: Volcano's SchedulerCache as a pure function of the cache log.
+
+``CacheState.apply`` takes one record and changes the state by it alone, in time that does not
+depend on the cluster's size; ``snapshot()`` freezes the state in O(1). Nothing here reads a
+clock, does I/O or depends on hash order (cache-semantics.md is the contract).
+
+A task moves along these states; the arrows name the records that move it:
+
+            pod ADDED/MODIFIED (derived from the pod: Pending, Bound, Running, ...)
+                 |
+                 v          BIND admitted               BIND_FAILED
+             Pending  ------------------------>  Binding  ------------> (derived again)
+                 ^                                  |
+                 |                                  | EVICT applied (any task with a node
+                 |                                  v  and a stored PodGroup)
+          EVICT_FAILED  <--------------------- Releasing
+          (derived again)
+
+A watch event for the pod derives the task again and ends an overlay, except that a Binding,
+Bound or Running task ignores an update that only lacks the node name (Volcano PR #1857).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from projector import kinds
+from projector.cowmap import CowMap
+from projector.kinds import BadObject, PodView
+from projector.snapshot import Snapshot
+from schemas import (
+    BadRecord,
+    Bind,
+    BindFailed,
+    BindSucceeded,
+    Evict,
+    EvictFailed,
+    EvictSucceeded,
+    LogRecord,
+    Synced,
+    WatchEvent,
+    objectjson,
+)
+
+BINDING = "Binding"
+RELEASING = "Releasing"
+_OFF_NODE = frozenset({"Succeeded", "Failed"})
+_HELD = frozenset({"Binding", "Bound", "Running"})
+
+
+@dataclass(frozen=True)
+class FoldConfig:
+    scheduler_names: tuple[str, ...] = ("volcano",)
+    default_queue: str = "default"
+
+    @property
+    def identity(self) -> str:
+        """What a checkpoint must match to be reused: the fold's result depends on it."""
+        return f"schedulerNames={','.join(sorted(set(self.scheduler_names)))};defaultQueue={self.default_queue}"
+
+
+class Outcome(NamedTuple):
+    result: str  # applied | ignored | rejected | bad
+    reason: str = ""
+
+
+APPLIED = Outcome("applied")
+IGNORED = Outcome("ignored")
+
+
+class CacheState:
+    """The mutable working state of the fold. Snapshots of it are immutable."""
+
+    def __init__(self, config: FoldConfig | None = None) -> None:
+        self.config = config or FoldConfig()
+        self._scheduler_names = frozenset(self.config.scheduler_names)
+        self.version = 0
+        self.pods: CowMap[tuple[str, str], PodView] = CowMap()  # the latest stored pod, derived
+        self.pod_uids: CowMap[str, tuple[str, str]] = CowMap()
+        self.tasks: CowMap[str, PodView] = CowMap()  # the effective task of each accepted pod
+        self.overlays: CowMap[str, str] = CowMap()  # uid -> Binding | Releasing
+        self.node_used: CowMap[str, dict[str, int]] = CowMap()
+        self.nodes: CowMap[str, kinds.NodeView] = CowMap()
+        self.node_seq: CowMap[str, int] = CowMap()
+        self.next_node_seq = 0
+        self.csinodes: CowMap[str, kinds.CSINodeView] = CowMap()
+        self.podgroups: CowMap[str, kinds.PodGroupView] = CowMap()
+        self.queues: CowMap[str, kinds.QueueView] = CowMap()
+        self.priority_classes: CowMap[str, kinds.PriorityClassView] = CowMap()
+        self.default_priority = 0
+        self.hypernodes: CowMap[str, kinds.HyperNodeView] = CowMap()
+
+    # ------------------------------------------------------------------------------ records
+    def apply(self, record: LogRecord) -> Outcome:
+        """Apply one record of the cache log."""
+        if isinstance(record, WatchEvent):
+            try:
+                obj = objectjson.loads(record.object)
+            except ValueError as exc:
+                self.version += 1
+                return Outcome("bad", f"object is not JSON: {exc}")
+            return self.apply_watch(record.op, obj)
+        self.version += 1
+        if isinstance(record, Bind):
+            return self._bind(record.pod, record.node)
+        if isinstance(record, BindFailed):
+            return self._revert(record.pod, BINDING)
+        if isinstance(record, Evict):
+            return self._evict(record.pod)
+        if isinstance(record, EvictFailed):
+            return self._revert(record.pod, RELEASING)
+        if isinstance(record, (Synced, BindSucceeded, EvictSucceeded)):
+            return IGNORED
+        if isinstance(record, BadRecord):
+            return Outcome("bad", record.error)
+        return Outcome("bad", f"unknown record {type(record).__name__}")
+
+    def apply_bad(self, error: str) -> Outcome:
+        """A record that is not one: it takes a version and nothing else."""
+        self.version += 1
+        return Outcome("bad", error)
+
+    def apply_watch(self, op: str, obj: Any) -> Outcome:
+        """Apply a watch event whose object is parsed JSON (``schemas.objectjson``)."""
+        self.version += 1
+        if type(obj) is not dict:
+            return Outcome("bad", "object is not a JSON object")
+        kind = (obj.get("apiVersion"), obj.get("kind"))
+        if kind not in kinds.KINDS:
+            return IGNORED
+        try:
+            if op == "DELETED":
+                return self._delete(kind, obj)
+            return self._upsert(kind, obj)
+        except BadObject as exc:
+            return Outcome("bad", str(exc))
+
+    def _upsert(self, kind: tuple[str, str], obj: dict[str, Any]) -> Outcome:
+        if kind == kinds.POD:
+            return self._upsert_pod(kinds.pod_view(obj, self._scheduler_names))
+        if kind == kinds.NODE:
+            view = kinds.node_view(obj)
+            if view.name not in self.nodes:
+                self.node_seq[view.name] = self.next_node_seq
+                self.next_node_seq += 1
+            self.nodes[view.name] = view
+        elif kind == kinds.PODGROUP:
+            view = kinds.podgroup_view(obj)
+            key = f"{view.namespace}/{view.name}"
+            stored = self.podgroups.get(key)
+            if stored is not None and stored.resource_version == view.resource_version:
+                return Outcome("ignored", "resourceVersion unchanged")
+            self.podgroups[key] = view
+        elif kind == kinds.QUEUE:
+            view = kinds.queue_view(obj)
+            stored = self.queues.get(view.name)
+            if stored is not None and stored.resource_version == view.resource_version:
+                return Outcome("ignored", "resourceVersion unchanged")
+            self.queues[view.name] = view
+        elif kind == kinds.PRIORITY_CLASS:
+            view = kinds.priority_class_view(obj)
+            self._delete_priority_class(view.name)
+            self.priority_classes[view.name] = view
+            if view.global_default:
+                self.default_priority = view.value
+        elif kind == kinds.CSINODE:
+            view = kinds.csinode_view(obj)
+            self.csinodes[view.name] = view
+        else:
+            view = kinds.hypernode_view(obj)
+            self.hypernodes[view.name] = view
+        return APPLIED
+
+    def _delete(self, kind: tuple[str, str], obj: dict[str, Any]) -> Outcome:
+        meta = obj.get("metadata")
+        name = meta.get("name") if type(meta) is dict else None
+        if type(name) is not str:
+            return Outcome("bad", "metadata.name is missing")
+        if kind in kinds.NAMESPACED:
+            namespace = meta.get("namespace")
+            if type(namespace) is not str:
+                return Outcome("bad", "metadata.namespace is missing")
+            if kind == kinds.POD:
+                if meta.get("uid") is None:
+                    return Outcome("bad", "metadata.uid is missing")
+                return self._delete_pod((namespace, name))
+            return APPLIED if self.podgroups.pop(f"{namespace}/{name}") is not None else IGNORED
+        if kind == kinds.NODE:
+            if self.nodes.pop(name) is None:
+                return IGNORED
+            self.node_seq.pop(name)
+        elif kind == kinds.QUEUE:
+            return APPLIED if self.queues.pop(name) is not None else IGNORED
+        elif kind == kinds.PRIORITY_CLASS:
+            return APPLIED if self._delete_priority_class(name) else IGNORED
+        elif kind == kinds.CSINODE:
+            return APPLIED if self.csinodes.pop(name) is not None else IGNORED
+        else:
+            return APPLIED if self.hypernodes.pop(name) is not None else IGNORED
+        return APPLIED
+
+    def _delete_priority_class(self, name: str) -> bool:
+        stored = self.priority_classes.pop(name)
+        if stored is not None and stored.global_default:
+            self.default_priority = 0
+        return stored is not None
+
+    # ---------------------------------------------------------------------------------- pods
+    def _upsert_pod(self, pod: PodView) -> Outcome:
+        key = (pod.namespace, pod.name)
+        holder = self.pod_uids.get(pod.uid)
+        if holder is not None and holder != key:
+            return Outcome("bad", f"uid {pod.uid} belongs to pod {holder[0]}/{holder[1]}")
+        stored = self.pods.get(key)
+        if stored is not None and stored.uid != pod.uid:
+            self._drop_task(stored.uid)  # a new pod under an old name: the old uid addresses nothing
+            self.pod_uids.pop(stored.uid)
+        self.pods[key] = pod
+        self.pod_uids[pod.uid] = key
+        current = self.tasks.get(pod.uid)
+        if not pod.accepted:
+            if current is not None:
+                self._drop_task(pod.uid)
+            return APPLIED
+        if current is not None and current.status in _HELD and not pod.node and pod.job == current.job:
+            return Outcome("applied", "task kept: an update without the node name (Volcano PR #1857)")
+        self._set_task(pod.uid, current, pod)
+        self.overlays.pop(pod.uid)
+        return APPLIED
+
+    def _delete_pod(self, key: tuple[str, str]) -> Outcome:
+        stored = self.pods.pop(key)
+        if stored is None:
+            return IGNORED
+        self.pod_uids.pop(stored.uid)
+        self._drop_task(stored.uid)
+        return APPLIED
+
+    def _drop_task(self, uid: str) -> None:
+        task = self.tasks.pop(uid)
+        self.overlays.pop(uid)
+        if task is not None and task.node and task.status not in _OFF_NODE:
+            self._add_used(task.node, task.resreq, -1)
+
+    def _set_task(self, uid: str, old: PodView | None, new: PodView) -> None:
+        if old is not None and old.node and old.status not in _OFF_NODE:
+            self._add_used(old.node, old.resreq, -1)
+        if new.node and new.status not in _OFF_NODE:
+            self._add_used(new.node, new.resreq, 1)
+        self.tasks[uid] = new
+
+    def _add_used(self, node: str, resreq: dict[str, int], sign: int) -> None:
+        used = dict(self.node_used.get(node) or {})
+        for k, v in resreq.items():
+            used[k] = used.get(k, 0) + sign * v
+        self.node_used[node] = used
+
+    # ----------------------------------------------------------------------------- scheduler
+    def _bind(self, uid: str, node: str) -> Outcome:
+        task = self.tasks.get(uid)
+        if task is None or task.job is None:
+            return Outcome("rejected", "no task of a job has this uid")
+        if task.status != "Pending":
+            return Outcome("rejected", f"task is {task.status}, not Pending")
+        stored = self.nodes.get(node)
+        if stored is None:
+            return Outcome("rejected", f"node {node} is not stored")
+        allocatable = node_allocatable(stored, self.csinodes.get(node))
+        used = self.node_used.get(node) or {}
+        for k in {"cpu", "memory", *task.resreq}:
+            if task.resreq.get(k, 0) > allocatable.get(k, 0) - used.get(k, 0):
+                return Outcome("rejected", f"{k} does not fit on node {node}")
+        self._set_task(uid, task, task._replace(status=BINDING, node=node))
+        self.overlays[uid] = BINDING
+        return APPLIED
+
+    def _evict(self, uid: str) -> Outcome:
+        task = self.tasks.get(uid)
+        if task is None:
+            return Outcome("rejected", "no task has this uid")
+        if task.job is None or task.job not in self.podgroups:
+            return Outcome("rejected", "the task's PodGroup is not stored")
+        if not task.node:
+            return Outcome("rejected", "the task is on no node")
+        self._set_task(uid, task, task._replace(status=RELEASING))
+        self.overlays[uid] = RELEASING
+        return APPLIED
+
+    def _revert(self, uid: str, overlay: str) -> Outcome:
+        if self.overlays.get(uid) != overlay:
+            return Outcome("ignored", f"task is not under a {overlay} overlay")
+        pod = self.pods[self.pod_uids[uid]]
+        self._set_task(uid, self.tasks.get(uid), pod)
+        self.overlays.pop(uid)
+        return APPLIED
+
+    # ----------------------------------------------------------------------------- snapshot
+    def snapshot(self) -> Snapshot:
+        """The state as of now, immutable, in O(1)."""
+        return Snapshot(
+            version=self.version,
+            config=self.config,
+            tasks=self.tasks.freeze(),
+            node_used=self.node_used.freeze(),
+            nodes=self.nodes.freeze(),
+            node_seq=self.node_seq.freeze(),
+            csinodes=self.csinodes.freeze(),
+            podgroups=self.podgroups.freeze(),
+            queues=self.queues.freeze(),
+            priority_classes=self.priority_classes.freeze(),
+            default_priority=self.default_priority,
+            hypernodes=self.hypernodes.freeze(),
+        )
+
+
+def node_allocatable(node: kinds.NodeView, csi: kinds.CSINodeView | None) -> dict[str, int]:
+    return _node_resources(node.allocatable, node, csi)
+
+
+def node_capability(node: kinds.NodeView, csi: kinds.CSINodeView | None) -> dict[str, int]:
+    return _node_resources(node.capacity, node, csi)
+
+
+def _node_resources(base: dict[str, int], node: kinds.NodeView, csi: kinds.CSINodeView | None) -> dict[str, int]:
+    out = dict(base)
+    if csi is not None:
+        out.update(csi.scalars)  # CSI counts replace what the Node's status says
+    if node.oversub_cpu:
+        out["cpu"] = out.get("cpu", 0) + node.oversub_cpu
+    if node.oversub_memory:
+        out["memory"] = out.get("memory", 0) + node.oversub_memory
+    return out
