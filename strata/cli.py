@@ -6,13 +6,14 @@ STRATA_DEBUG=1 to see the traceback instead.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
@@ -284,6 +285,100 @@ def demo(settings: Settings, trace: Path | None) -> None:
     )
 
 
+# ------------------------------------------------------------------------------------- replay
+def fold_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """What the fold's result depends on besides the records (a checkpoint records them too)."""
+
+    @click.option(
+        "--scheduler-name",
+        "scheduler_names",
+        multiple=True,
+        metavar="NAME",
+        help="a scheduler whose pods the cache accepts (repeatable; default: volcano)",
+    )
+    @click.option(
+        "--default-queue",
+        default="default",
+        show_default=True,
+        metavar="NAME",
+        help="queue of a PodGroup that names none",
+    )
+    @functools.wraps(command)
+    def wrapper(scheduler_names: tuple[str, ...], default_queue: str, **kwargs: Any) -> Any:
+        from projector.state import FoldConfig
+
+        config = FoldConfig(scheduler_names=scheduler_names or ("volcano",), default_queue=default_queue)
+        return command(fold=config, **kwargs)
+
+    return wrapper
+
+
+output_option = click.option("--output", "-o", type=click.Choice(["json", "table"]), default="json", show_default=True)
+
+
+@main.command()
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--until", type=click.IntRange(min=0), metavar="N", help="fold only the first N records")
+@output_option
+@click.option("--digest", is_flag=True, help="print only the SHA-256 digest of the canonical snapshot")
+@click.option("--strict", is_flag=True, help="stop with an error at the first bad record")
+@fold_options
+def replay(trace: Path, until: int | None, output: str, digest: bool, strict: bool, fold: Any) -> None:
+    """Fold a trace (JSON lines) offline into the snapshot, with no Kafka."""
+    from projector.replay import StrictStop, replay_bytes
+
+    try:
+        data = trace.read_bytes()
+    except OSError as exc:
+        raise StrataError(f"cannot read trace {trace}: {exc.strerror}") from exc
+    with _progress(len(data), f"replaying {trace.name}") as advance:
+        try:
+            state, report = replay_bytes(data, config=fold, until=until, strict=strict, progress=advance)
+        except StrictStop as exc:
+            raise StrataError(f"{trace}:{str(exc).removeprefix('line ')}") from exc
+    for number, error in report.bad:
+        click.echo(f"{trace}:{number}: bad record: {error}", err=True)
+    if report.bad:
+        click.echo(f"{len(report.bad)} bad record(s) of {report.records}", err=True)
+    _print_snapshot(state.snapshot(), output, digest)
+
+
+def _print_snapshot(snapshot: Any, output: str, digest: bool) -> None:
+    if digest:
+        click.echo(snapshot.digest())
+    elif output == "json":
+        click.get_binary_stream("stdout").write(snapshot.canonical_bytes() + b"\n")
+    else:
+        from rich.console import Console
+
+        from strata.tables import print_snapshot_tables
+
+        print_snapshot_tables(snapshot.to_json(), Console())
+
+
+@contextlib.contextmanager
+def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on a terminal; nothing when stderr is a pipe or a file."""
+    if not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  transient=True) as progress:  # fmt: skip
+        task = progress.add_task(what, total=total)
+        pending = 0
+
+        def advance(n: int) -> None:
+            nonlocal pending
+            pending += n
+            if pending >= 1 << 20:  # redrawing per line would cost more than the fold
+                progress.advance(task, pending)
+                pending = 0
+
+        yield advance
+
+
 # ----------------------------------------------------------------------- coming with the projector
 def _not_yet(name: str, issue: str) -> Callable[..., None]:
     def command(**_: Any) -> None:
@@ -294,7 +389,6 @@ def _not_yet(name: str, issue: str) -> Callable[..., None]:
 
 _PASS_ANYTHING = {"ignore_unknown_options": True, "allow_extra_args": True}
 for _name, _help in (
-    ("replay", "Fold a trace or archive offline into a snapshot."),
     ("project", "Follow the cache log and keep checkpoints."),
     ("snapshot", "Print the snapshot of the cache log at an offset."),
 ):
