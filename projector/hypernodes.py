@@ -9,11 +9,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from projector.kinds import HyperNodeView, Member
-
-_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+from projector.kinds import HyperNodeView, Member, Requirements
 
 
 class HyperNodeEntry(NamedTuple):
@@ -32,39 +30,7 @@ def _compiled(pattern: str) -> re.Pattern[str] | None:
         return None
 
 
-def _selector(selector: Any) -> list[tuple[str, str, frozenset[str]]] | None:
-    """A labelMatch as (key, operator, values) requirements; None when it matches nothing."""
-    if type(selector) is not dict:
-        return None
-    requirements: list[tuple[str, str, frozenset[str]]] = []
-    labels = selector.get("matchLabels")
-    expressions = selector.get("matchExpressions")
-    if labels is not None:
-        if type(labels) is not dict:
-            return None
-        for k, v in labels.items():
-            if type(v) is not str:
-                return None
-            requirements.append((k, "In", frozenset((v,))))
-    if expressions is not None:
-        if type(expressions) is not list:
-            return None
-        for e in expressions:
-            if type(e) is not dict:
-                return None
-            key, op, values = e.get("key"), e.get("operator"), e.get("values")
-            if type(key) is not str or op not in _OPERATORS:
-                return None
-            values = [] if values is None else values
-            if type(values) is not list or any(type(v) is not str for v in values):
-                return None
-            if (op in ("In", "NotIn")) != bool(values):
-                return None  # In/NotIn need values; Exists/DoesNotExist take none
-            requirements.append((key, op, frozenset(values)))
-    return requirements or None
-
-
-def _selects(requirements: list[tuple[str, str, frozenset[str]]], labels: Mapping[str, str]) -> bool:
+def _selects(requirements: Requirements, labels: Mapping[str, str]) -> bool:
     for key, op, values in requirements:
         present = key in labels
         if op == "In":
@@ -92,10 +58,8 @@ def _own_nodes(members: Iterable[Member], nodes: Mapping[str, Mapping[str, str]]
             pattern = _compiled(m.regex)
             if pattern is not None:
                 out.update(name for name in nodes if pattern.search(name))
-        if m.label_selector is not None:
-            requirements = _selector(m.label_selector)
-            if requirements is not None:
-                out.update(name for name, labels in nodes.items() if _selects(requirements, labels))
+        if m.labels:
+            out.update(name for name, labels in nodes.items() if _selects(m.labels, labels))
     return out
 
 

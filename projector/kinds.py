@@ -132,7 +132,7 @@ def metadata(obj: dict[str, Any]) -> Meta:
     _str(meta, "deletionTimestamp", "metadata")
     labels = _string_map(meta, "labels", "metadata")
     annotations = _string_map(meta, "annotations", "metadata")
-    return Meta(name, ns, uid, rv, labels, annotations)
+    return Meta(name, ns, uid, rv, labels, annotations)  # positional: measurably faster than keywords
 
 
 def go_bool(text: str) -> bool | None:
@@ -205,20 +205,25 @@ def pod_view(obj: dict[str, Any], scheduler_names: frozenset[str]) -> PodView:
     else:
         preemptable = True
     role = annotations.get(TASK_SPEC) or labels.get(TASK_SPEC) or ""
-    best_effort = all(v == 0 for k, v in resreq.items() if k != "pods")
-    return PodView(
-        namespace=meta.namespace,
-        name=meta.name,
-        uid=meta.uid,
-        accepted=(scheduler in scheduler_names) or bool(node),
-        job=f"{meta.namespace}/{group}" if group else None,
-        status=task_status,
-        node=node,
-        priority=priority,
-        preemptable=preemptable,
-        role=role,
-        resreq=resreq,
-        best_effort=best_effort,
+    best_effort = True
+    for k, v in resreq.items():
+        if v and k != "pods":
+            best_effort = False
+            break
+    namespace = meta.namespace
+    return PodView(  # positional, in field order: this runs once per pod event
+        namespace,
+        meta.name,
+        meta.uid,
+        (scheduler in scheduler_names) or bool(node),
+        f"{namespace}/{group}" if group else None,
+        task_status,
+        node,
+        priority,
+        preemptable,
+        role,
+        resreq,
+        best_effort,
     )
 
 
@@ -461,11 +466,15 @@ def csinode_view(obj: dict[str, Any]) -> CSINodeView:
 
 
 # ---------------------------------------------------------------------------------- hypernode
+_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist"})
+Requirements = tuple[tuple[str, str, tuple[str, ...]], ...]
+
+
 class Member(NamedTuple):
     type: str  # Node or HyperNode
     exact: str | None
     regex: str | None
-    label_selector: Any  # the labelMatch object as written, or None
+    labels: Requirements | None  # a labelMatch as requirements; None when absent or matching nothing
 
 
 class HyperNodeView(NamedTuple):
@@ -473,6 +482,38 @@ class HyperNodeView(NamedTuple):
     tier: int
     tier_name: str
     members: tuple[Member, ...]
+
+
+def label_requirements(selector: Any) -> Requirements | None:
+    """A labelMatch as (key, operator, values) requirements; None when it matches nothing."""
+    if type(selector) is not dict:
+        return None
+    requirements: list[tuple[str, str, tuple[str, ...]]] = []
+    labels = selector.get("matchLabels")
+    expressions = selector.get("matchExpressions")
+    if labels is not None:
+        if type(labels) is not dict:
+            return None
+        for k, v in labels.items():
+            if type(v) is not str:
+                return None
+            requirements.append((k, "In", (v,)))
+    if expressions is not None:
+        if type(expressions) is not list:
+            return None
+        for e in expressions:
+            if type(e) is not dict:
+                return None
+            key, op, values = e.get("key"), e.get("operator"), e.get("values")
+            if type(key) is not str or op not in _OPERATORS:
+                return None
+            values = [] if values is None else values
+            if type(values) is not list or any(type(v) is not str for v in values):
+                return None
+            if (op in ("In", "NotIn")) != bool(values):
+                return None  # In/NotIn need values; Exists/DoesNotExist take none
+            requirements.append((key, op, tuple(values)))
+    return tuple(requirements) or None
 
 
 def hypernode_view(obj: dict[str, Any]) -> HyperNodeView:
@@ -493,7 +534,7 @@ def hypernode_view(obj: dict[str, Any]) -> HyperNodeView:
                 type=m.get("type") if type(m.get("type")) is str else "",
                 exact=exact_name if type(exact_name) is str and exact_name else None,
                 regex=pattern if type(pattern) is str and pattern else None,
-                label_selector=selector.get("labelMatch"),
+                labels=label_requirements(selector.get("labelMatch")),
             )
         )
     return HyperNodeView(meta.name, _int(spec, "tier", "spec") or 0, _str(spec, "tierName", "spec") or "",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingest.trace import SCHEDULER_RECORDS, WATCH_OPS, BadLine, check_watch, record_from_json, split_lines
+from projector.kinds import KINDS
 from projector.state import CacheState, FoldConfig, Outcome
 from schemas import objectjson
 
@@ -42,7 +43,10 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
     try:
         if op in WATCH_OPS:
             obj = value.get("object")
-            check_watch(op, obj)
+            # The fold checks the identity of the kinds it reads; others need the trace
+            # format's own required fields to be a record at all.
+            if type(obj) is not dict or (obj.get("apiVersion"), obj.get("kind")) not in KINDS:
+                check_watch(op, obj)
             return state.apply_watch(op, obj)
         if isinstance(op, str) and op in SCHEDULER_RECORDS:
             return state.apply(record_from_json(value, ""))

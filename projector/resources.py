@@ -117,12 +117,35 @@ def _int_of_digits(digits: str) -> int:
     return value
 
 
+_parsed: dict[tuple[Any, ...], Resources] = {}
+_PARSED_MAX = 1 << 16
+
+
 def parse_resources(values: Any) -> Resources:
-    """R(values): every entry parsed (ignored names too), stored under the names the cache keeps."""
+    """R(values): every entry parsed (ignored names too), stored under the names the cache keeps.
+
+    The same few request maps recur across thousands of pods, so results are memoized; a result
+    is shared and must never be mutated (every caller builds new maps from it).
+    """
     if values is None:
         return EMPTY
-    if not isinstance(values, dict):
+    if type(values) is not dict:
         raise BadQuantity("a resource list is not an object")
+    key = tuple(values.items())
+    try:
+        return _parsed[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable quantity (a list, an object): parse to report it
+        return _parse_resources(values)
+    out = _parse_resources(values)
+    if len(_parsed) >= _PARSED_MAX:
+        _parsed.clear()
+    _parsed[key] = out
+    return out
+
+
+def _parse_resources(values: dict[str, Any]) -> Resources:
     out: Resources = {}
     for name, quantity in values.items():
         if quantity is None:
