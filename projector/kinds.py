@@ -33,8 +33,20 @@ OVERSUB_MEMORY = "volcano.sh/oversubscription-memory"
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 CSI_UNLIMITED = 2147483647
-_GO_BOOL = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
-            "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}  # fmt: skip
+_GO_BOOL = {
+    "1": True,
+    "t": True,
+    "T": True,
+    "TRUE": True,
+    "true": True,
+    "True": True,
+    "0": False,
+    "f": False,
+    "F": False,
+    "FALSE": False,
+    "false": False,
+    "False": False,
+}
 _GO_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _OVERSUB = re.compile(r"(?P<sign>[+-]?)(?P<int>[0-9]+)?(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[+-]?[0-9]+))?", re.ASCII)
 _PHASES = {"Running", "Pending", "Succeeded", "Failed"}
@@ -299,8 +311,9 @@ def node_view(obj: dict[str, Any]) -> NodeView:
     for t in _arr(spec, "taints", "spec"):
         if type(t) is not dict:
             raise BadObject("spec.taints holds an element that is not an object")
-        taints.append(Taint(_str(t, "key", "taint") or "", _str(t, "value", "taint") or "",
-                            _str(t, "effect", "taint") or ""))  # fmt: skip
+        taints.append(
+            Taint(_str(t, "key", "taint") or "", _str(t, "value", "taint") or "", _str(t, "effect", "taint") or "")
+        )
     return NodeView(
         name=meta.name,
         allocatable=_resources(status, "allocatable", "status"),
@@ -431,8 +444,9 @@ class PriorityClassView(NamedTuple):
 
 def priority_class_view(obj: dict[str, Any]) -> PriorityClassView:
     meta = metadata(obj)
-    return PriorityClassView(meta.name, _int(obj, "value", "priorityclass") or 0,
-                             _bool(obj, "globalDefault", "priorityclass") or False)  # fmt: skip
+    return PriorityClassView(
+        meta.name, _int(obj, "value", "priorityclass") or 0, _bool(obj, "globalDefault", "priorityclass") or False
+    )
 
 
 # ------------------------------------------------------------------------------------ csinode
@@ -537,5 +551,6 @@ def hypernode_view(obj: dict[str, Any]) -> HyperNodeView:
                 labels=label_requirements(selector.get("labelMatch")),
             )
         )
-    return HyperNodeView(meta.name, _int(spec, "tier", "spec") or 0, _str(spec, "tierName", "spec") or "",
-                         tuple(members))  # fmt: skip
+    return HyperNodeView(
+        meta.name, _int(spec, "tier", "spec") or 0, _str(spec, "tierName", "spec") or "", tuple(members)
+    )

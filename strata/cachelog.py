@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from schemas import BadRecord, CodecError, LogRecord, decode, encode
 from schemas.records import Record
@@ -146,6 +147,12 @@ class CacheLogReader:
         finally:
             consumer.close()
 
+    def cluster_id(self, timeout_s: float = 10.0) -> str:
+        metadata = AdminClient(self.settings.client_config()).list_topics(timeout=timeout_s)
+        if self.topic not in metadata.topics:
+            raise StrataError(f"topic {self.topic} does not exist; create it with `strata topics create`")
+        return metadata.cluster_id or ""
+
     def read(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[LogEntry]:
         """Entries with offsets in [start, end); ``end`` defaults to the log's end now."""
         consumer = self._consumer()
@@ -162,21 +169,41 @@ class CacheLogReader:
                 batch = consumer.consume(num_messages=min(1000, end - next_offset), timeout=timeout_s)
                 if not batch:
                     raise StrataError(f"no message from {self.topic} for {timeout_s:g} s at offset {next_offset}")
-                for msg in batch:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        raise StrataError(f"reading {self.topic}: {err.str()}")
-                    offset = msg.offset()
-                    if offset >= end:
+                for entry in self._entries(batch):
+                    if entry.offset >= end:
                         break
-                    next_offset = offset + 1
-                    yield LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
+                    next_offset = entry.offset + 1
+                    yield entry
         finally:
             consumer.close()
-        if self._quarantine is not None:
-            self._quarantine.flush()
+            if self._quarantine is not None:
+                self._quarantine.flush()
+
+    def follow(self, start: int, stop: threading.Event, tick_s: float = 0.5) -> Iterator[LogEntry | None]:
+        """Entries from ``start`` on, as they arrive, until ``stop`` is set; None when idle for a tick."""
+        consumer = self._consumer()
+        try:
+            consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
+            while not stop.is_set():
+                batch = consumer.consume(num_messages=1000, timeout=tick_s)
+                entries = list(self._entries(batch))
+                if not entries:
+                    yield None
+                yield from entries
+        finally:
+            consumer.close()
+            if self._quarantine is not None:
+                self._quarantine.flush()
+
+    def _entries(self, batch: list[Message]) -> Iterator[LogEntry]:
+        for msg in batch:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise StrataError(f"reading {self.topic}: {err.str()}")
+            offset = msg.offset()
+            yield LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
 
     def _decode(self, value: bytes, offset: int) -> LogRecord:
         self.stats.records += 1

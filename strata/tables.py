@@ -43,8 +43,9 @@ def print_snapshot_tables(snapshot: dict[str, Any], console: Console) -> None:
     for key in sorted(snapshot["jobs"]):
         j = snapshot["jobs"][key]
         counts = Counter(t["status"] for t in j["tasks"].values())
-        jobs.add_row(key, j["queue"], str(j["priority"]), str(j["minAvailable"]),
-                     *(str(counts[s] or "") for s in statuses))  # fmt: skip
+        jobs.add_row(
+            key, j["queue"], str(j["priority"]), str(j["minAvailable"]), *(str(counts[s] or "") for s in statuses)
+        )
     console.print(jobs)
     queues = Table(title=f"queues ({len(snapshot['queues'])})")
     for col in ("queue", "weight", "state", "parent", "reclaimable", "jobs"):
