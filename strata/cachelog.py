@@ -244,6 +244,8 @@ class CacheLogReader:
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,
                     "fetch.message.max.bytes": MAX_MESSAGE_BYTES + 65536,
+                    # a follower at the end of the log waits for new records this long per fetch
+                    "fetch.wait.max.ms": 100,
                 }
             )
         )

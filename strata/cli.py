@@ -353,7 +353,8 @@ def _print_snapshot(snapshot: Any, output: str, digest: bool) -> None:
 
         from strata.tables import print_snapshot_tables
 
-        print_snapshot_tables(snapshot.to_json(), Console())
+        # a pipe has no width; do not wrap names at 80 columns there
+        print_snapshot_tables(snapshot.to_json(), Console(width=None if sys.stdout.isatty() else 200))
 
 
 @contextlib.contextmanager
@@ -364,8 +365,9 @@ def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-    with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                  transient=True) as progress:  # fmt: skip
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TimeRemainingColumn(), transient=True
+    ) as progress:
         task = progress.add_task(what, total=total)
         pending = 0
 
@@ -379,22 +381,95 @@ def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
         yield advance
 
 
-# ----------------------------------------------------------------------- coming with the projector
-def _not_yet(name: str, issue: str) -> Callable[..., None]:
-    def command(**_: Any) -> None:
-        raise StrataError(f"`strata {name}` is not implemented yet ({issue})")
+# ---------------------------------------------------------------------------- project, snapshot
+db_option = click.option(
+    "--db-url",
+    metavar="URL",
+    help="checkpoint store (SQLAlchemy URL)  [env: STRATA_DB_URL; default: SQLite under the data dir]",
+)
 
-    return command
+
+def _runner(settings: Settings, fold: Any, quarantine: bool = False) -> Any:
+    from projector.runner import LogRunner
+    from projector.sqlstore import SqlCheckpointStore
+
+    return LogRunner(settings, SqlCheckpointStore(settings.checkpoint_url), fold, quarantine=quarantine)
 
 
-_PASS_ANYTHING = {"ignore_unknown_options": True, "allow_extra_args": True}
-for _name, _help in (
-    ("project", "Follow the cache log and keep checkpoints."),
-    ("snapshot", "Print the snapshot of the cache log at an offset."),
-):
-    main.command(_name, help=f"{_help} (Not implemented yet.)", context_settings=_PASS_ANYTHING)(
-        click.argument("args", nargs=-1, type=click.UNPROCESSED)(_not_yet(_name, "the projector"))
+@main.command()
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    metavar="N",
+    help="write a checkpoint after N records",
+)
+@click.option(
+    "--checkpoint-seconds",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    metavar="T",
+    help="... or after T seconds with new records",
+)
+@click.option("--stop-at-end", is_flag=True, help="stop once the log's end (as of the start) is applied")
+@db_option
+@kafka_options
+@fold_options
+def project(settings: Settings, fold: Any, checkpoint_every: int, checkpoint_seconds: float, stop_at_end: bool) -> None:
+    """Follow the cache log: restore the newest checkpoint, apply records as they arrive, checkpoint.
+
+    Stops cleanly (with a final checkpoint) on SIGTERM or Ctrl-C.
+    """
+    import signal
+    import threading
+
+    runner = _runner(settings, fold, quarantine=True)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    target = runner.reader.end_offset() if stop_at_end else None
+
+    def report(p: Any) -> None:
+        click.echo(f"version {p.version} lag {p.lag} checkpoints {p.checkpoints} bad {p.bad}", err=True)
+        if target is not None and p.version >= target:
+            stop.set()
+
+    if target is not None and runner.restore().version >= target:
+        stop.set()
+    state = runner.follow(
+        stop,
+        every_records=checkpoint_every,
+        every_seconds=checkpoint_seconds,
+        report=report,
+        report_seconds=1.0 if target is not None else 5.0,
     )
+    click.echo(f"stopped at version {state.version}", err=True)
+
+
+@main.command()
+@click.option(
+    "--at-offset",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="the cache after the record at offset N (version N+1); default: the log's end now",
+)
+@output_option
+@click.option("--digest", is_flag=True, help="print only the SHA-256 digest of the canonical snapshot")
+@db_option
+@kafka_options
+@fold_options
+def snapshot(settings: Settings, fold: Any, at_offset: int | None, output: str, digest: bool) -> None:
+    """Print the snapshot of the cache log, from the newest checkpoint at or below the target."""
+    runner = _runner(settings, fold)
+    end = runner.reader.end_offset()
+    if at_offset is not None:
+        if at_offset >= end:
+            raise StrataError(f"offset {at_offset} is beyond the log's end ({end} records)")
+        end = at_offset + 1
+    _print_snapshot(runner.state_at(end).snapshot(), output, digest)
+
 
 if __name__ == "__main__":
     main()

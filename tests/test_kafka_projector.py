@@ -1,0 +1,145 @@
+"""The log path on the real broker: `strata snapshot` equals `strata replay` byte for byte, and
+checkpoints (SQLite and PostgreSQL) restore to the same digests, SIGKILL included."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ingest.from_trace import publish_trace
+from projector.replay import replay_file
+from projector.runner import LogRunner
+from projector.sqlstore import SqlCheckpointStore
+from projector.state import FoldConfig
+from strata.config import Settings
+from tests.test_cli import STRATA, run
+from tests.test_kafka_cli import env_of
+
+pytestmark = pytest.mark.kafka
+CONFORMANCE = Path(__file__).with_name("conformance")
+TRACES = sorted(p.name for p in CONFORMANCE.glob("*.jsonl"))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'checkpoints.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def test_every_conformance_trace_through_the_broker_equals_replay(broker: Settings, tmp_path: Path):
+    store = SqlCheckpointStore(f"sqlite:///{tmp_path / 'c.db'}")
+    for name in TRACES:
+        settings = broker.with_(topic_prefix=f"test-conf-{uuid.uuid4().hex[:8]}.")
+        from strata.topics import ensure_topics
+
+        ensure_topics(settings)
+        publish_trace(settings, CONFORMANCE / name)
+        runner = LogRunner(settings, store, FoldConfig())
+        end = runner.reader.end_offset()
+        expected = replay_file(CONFORMANCE / name)[0].snapshot()
+        assert end == expected.version, name
+        assert runner.state_at(end).snapshot().canonical_bytes() == expected.canonical_bytes(), name
+        if name == "c04.jsonl":
+            until = replay_file(CONFORMANCE / name, until=500)[0].snapshot()
+            assert runner.state_at(500).snapshot().canonical_bytes() == until.canonical_bytes()
+
+
+def test_snapshot_command_equals_replay_command_byte_for_byte(kafka: Settings, tmp_path: Path):
+    env = {**env_of(kafka), "STRATA_DB_URL": f"sqlite:///{tmp_path / 'c.db'}"}
+    trace = CONFORMANCE / "c05.jsonl"
+    assert run("ingest", "--from", str(trace), env=env).returncode == 0
+    assert run("snapshot", env=env).stdout == run("replay", str(trace)).stdout
+    assert (
+        run("snapshot", "--at-offset", "999", "--digest", env=env).stdout
+        == run("replay", str(trace), "--until", "1000", "--digest").stdout
+    )
+    beyond = run("snapshot", "--at-offset", "999999", env=env)
+    assert beyond.returncode == 1 and "beyond the log's end" in beyond.stderr
+
+
+def test_checkpoints_restore_to_the_digest_of_a_full_fold(kafka: Settings, db_url: str):
+    trace = CONFORMANCE / "c06.jsonl"
+    publish_trace(kafka, trace)
+    env = {**env_of(kafka), "STRATA_DB_URL": db_url}
+    out = run("project", "--stop-at-end", "--checkpoint-every", "700", env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "stopped at version 4000" in out.stderr
+    store = SqlCheckpointStore(db_url)
+    runner = LogRunner(kafka, store, FoldConfig())
+    infos = store.list(runner.identity)
+    assert [i.version for i in infos] == [700, 1400, 2100, 2800, 3500, 4000]
+    for info in infos:  # every checkpoint is exactly the fold of its prefix
+        assert info.digest == replay_file(trace, until=info.version)[0].snapshot().digest()
+    for target in (0, 699, 700, 701, 2222, 4000):  # restore at or below, then the tail
+        assert runner.state_at(target).snapshot().digest() == replay_file(trace, until=target)[0].snapshot().digest()
+
+
+def test_a_projector_killed_between_checkpoints_resumes_exactly(kafka: Settings, db_url: str):
+    trace = CONFORMANCE / "c06.jsonl"
+    publish_trace(kafka, trace)
+    env = {**os.environ, **env_of(kafka), "STRATA_DB_URL": db_url}
+    store = SqlCheckpointStore(db_url)
+    runner = LogRunner(kafka, store, FoldConfig())
+    for _ in range(2):  # kill it twice, each time after it wrote a new checkpoint
+        before = len(store.list(runner.identity))
+        proc = subprocess.Popen(
+            [STRATA, "project", "--checkpoint-every", "300"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while len(store.list(runner.identity)) <= before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert len(store.list(runner.identity)) > before
+    out = run("project", "--stop-at-end", "--checkpoint-every", "300", env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    expected = replay_file(trace)[0].snapshot().digest()
+    assert store.latest(runner.identity).info.digest == expected
+    for info in store.list(runner.identity):
+        assert info.digest == replay_file(trace, until=info.version)[0].snapshot().digest()
+
+
+def test_sigterm_stops_cleanly_with_a_final_checkpoint(kafka: Settings, tmp_path: Path):
+    publish_trace(kafka, CONFORMANCE / "c03.jsonl")
+    env = {**os.environ, **env_of(kafka), "STRATA_DB_URL": f"sqlite:///{tmp_path / 'c.db'}"}
+    proc = subprocess.Popen(
+        [STRATA, "project", "--checkpoint-every", "1000000"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    store = SqlCheckpointStore(f"sqlite:///{tmp_path / 'c.db'}")
+    runner = LogRunner(kafka, store, FoldConfig())
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "stopped at version 601" in err
+    assert store.latest(runner.identity).info.version == 601
+
+
+def test_undecodable_messages_take_their_place_and_are_quarantined(kafka: Settings, tmp_path: Path):
+    from confluent_kafka import Producer
+
+    from schemas import Synced, encode
+
+    producer = Producer(kafka.client_config())
+    for value in (encode(Synced("Pod")), b"\x00junk", encode(Synced("Node"))):
+        producer.produce(f"{kafka.topic_prefix}cache-log", value)
+    producer.flush(10)
+    env = {**env_of(kafka), "STRATA_DB_URL": f"sqlite:///{tmp_path / 'c.db'}"}
+    out = run("project", "--stop-at-end", env=env)
+    assert "version 3 lag 0 checkpoints 1 bad 1" in out.stderr
+    summary = run("log", "summary", env=env)
+    assert "BAD 1" in summary.stdout
