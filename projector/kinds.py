@@ -96,16 +96,22 @@ def _bool(parent: dict[str, Any], key: str, what: str) -> bool | None:
 
 def _string_map(parent: dict[str, Any], key: str, what: str) -> dict[str, str]:
     """Labels or annotations: an object of strings; a null value is an absent entry."""
-    value = _obj(parent, key, what)
+    value = parent.get(key)
     if not value:
-        return {}
-    out = value
-    for k, v in value.items():
+        if value is None or type(value) is dict:
+            return {}
+        raise BadObject(f"{what}.{key} is not an object")
+    if type(value) is not dict:
+        raise BadObject(f"{what}.{key} is not an object")
+    for v in value.values():
         if type(v) is not str:
-            if v is not None:
-                raise BadObject(f"{what}.{key}[{k!r}] is not a string")
-            out = {k: v for k, v in value.items() if v is not None} if out is value else out
-    return out
+            break
+    else:
+        return value
+    for k, v in value.items():
+        if v is not None and type(v) is not str:
+            raise BadObject(f"{what}.{key}[{k!r}] is not a string")
+    return {k: v for k, v in value.items() if v is not None}
 
 
 def _resources(parent: dict[str, Any] | None, key: str, what: str) -> Resources:
@@ -135,15 +141,25 @@ def metadata(obj: dict[str, Any]) -> Meta:
     meta = obj.get("metadata")
     if type(meta) is not dict:
         raise BadObject("metadata is not an object")
-    name = _str(meta, "name", "metadata")
-    if name is None:
-        raise BadObject("metadata.name is missing")
-    ns = _str(meta, "namespace", "metadata")
-    uid = _str(meta, "uid", "metadata")
-    rv = _str(meta, "resourceVersion", "metadata")
-    _str(meta, "deletionTimestamp", "metadata")
-    labels = _string_map(meta, "labels", "metadata")
-    annotations = _string_map(meta, "annotations", "metadata")
+    get = meta.get
+    name = get("name")
+    ns = get("namespace")
+    uid = get("uid")
+    rv = get("resourceVersion")
+    if type(name) is not str or not (
+        (ns is None or type(ns) is str)
+        and (uid is None or type(uid) is str)
+        and (rv is None or type(rv) is str)
+        and (get("deletionTimestamp") is None or type(get("deletionTimestamp")) is str)
+    ):  # one test on the common path; the slow path says which field
+        if name is None:
+            raise BadObject("metadata.name is missing")
+        for field in ("name", "namespace", "uid", "resourceVersion", "deletionTimestamp"):
+            _str(meta, field, "metadata")
+    labels = get("labels")
+    labels = _string_map(meta, "labels", "metadata") if labels else {}
+    annotations = get("annotations")
+    annotations = _string_map(meta, "annotations", "metadata") if annotations else {}
     return Meta(name, ns, uid, rv, labels, annotations)  # positional: measurably faster than keywords
 
 
@@ -181,12 +197,32 @@ def pod_view(obj: dict[str, Any], scheduler_names: frozenset[str]) -> PodView:
         raise BadObject("metadata.namespace is missing")
     if meta.uid is None:
         raise BadObject("metadata.uid is missing")
-    spec = _obj(obj, "spec", "pod") or {}
-    status = _obj(obj, "status", "pod") or {}
-    scheduler = _str(spec, "schedulerName", "spec")
-    node = _str(spec, "nodeName", "spec") or ""
-    phase = _str(status, "phase", "status")
-    priority = _int(spec, "priority", "spec")
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if spec is None:
+        spec = {}
+    elif type(spec) is not dict:
+        raise BadObject("pod.spec is not an object")
+    if status is None:
+        status = {}
+    elif type(status) is not dict:
+        raise BadObject("pod.status is not an object")
+    scheduler = spec.get("schedulerName")
+    node = spec.get("nodeName")
+    phase = status.get("phase")
+    priority = spec.get("priority")
+    if not (
+        (scheduler is None or type(scheduler) is str)
+        and (node is None or type(node) is str)
+        and (phase is None or type(phase) is str)
+        and (priority is None or type(priority) is int)
+    ):  # the slow path names the field
+        _str(spec, "schedulerName", "spec")
+        _str(spec, "nodeName", "spec")
+        _str(status, "phase", "status")
+        _int(spec, "priority", "spec")
+    if node is None:
+        node = ""
     if priority is not None and not INT32[0] <= priority <= INT32[1]:
         raise BadObject("spec.priority is out of int32 range")
     resreq = pod_request(spec)
@@ -243,8 +279,27 @@ def pod_request(spec: dict[str, Any]) -> Resources:
     """GetPodResourceRequest (cache-semantics.md 3.1), every quantity checked."""
     result: Resources = {}
     for c in _arr(spec, "containers", "spec"):
-        for k, v in _container_request(c, "spec.containers").items():
+        req = _container_request(c, "spec.containers")
+        if not result:
+            result = dict(req)
+        else:
+            for k, v in req.items():
+                result[k] = result.get(k, 0) + v
+    if spec.get("initContainers") is not None:
+        _add_init_containers(spec, result)
+    result["pods"] = result.get("pods", 0) + 1
+    if spec.get("resources") is not None:
+        pod_level = _resources(_obj(spec, "resources", "spec"), "requests", "spec.resources")
+        for k, v in pod_level.items():
+            if k == "cpu" or k == "memory" or k.startswith("hugepages-"):
+                result[k] = v
+    if spec.get("overhead") is not None:
+        for k, v in _resources(spec, "overhead", "spec").items():
             result[k] = result.get(k, 0) + v
+    return result
+
+
+def _add_init_containers(spec: dict[str, Any], result: Resources) -> None:
     restartable: Resources = {}
     init_max: Resources = {}
     for ic in _arr(spec, "initContainers", "spec"):
@@ -264,23 +319,25 @@ def pod_request(spec: dict[str, Any]) -> Resources:
     for k, v in init_max.items():
         if k not in result or v > result[k]:
             result[k] = v
-    result["pods"] = result.get("pods", 0) + 1
-    pod_resources = _obj(spec, "resources", "spec")
-    pod_level = _resources(pod_resources, "requests", "spec.resources")
-    for k, v in pod_level.items():
-        if k == "cpu" or k == "memory" or k.startswith("hugepages-"):
-            result[k] = v
-    overhead = _resources(spec, "overhead", "spec")
-    for k, v in overhead.items():
-        result[k] = result.get(k, 0) + v
-    return result
 
 
 def _container_request(container: Any, what: str) -> Resources:
     if type(container) is not dict:
         raise BadObject(f"{what} holds an element that is not an object")
-    resources = _obj(container, "resources", what)
-    return _resources(resources, "requests", f"{what}.resources")
+    resources = container.get("resources")
+    if resources is None:
+        return {}
+    if type(resources) is not dict:
+        raise BadObject(f"{what}.resources is not an object")
+    requests = resources.get("requests")
+    if requests is None:
+        return {}
+    if type(requests) is not dict:
+        raise BadObject(f"{what}.resources.requests is not an object")
+    try:
+        return parse_resources(requests)
+    except BadQuantity as exc:
+        raise BadObject(f"{what}.resources.requests: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------- node

@@ -76,10 +76,11 @@ class CacheState:
         self.config = config or FoldConfig()
         self._scheduler_names = frozenset(self.config.scheduler_names)
         self.version = 0
-        self.pods: CowMap[tuple[str, str], PodView] = CowMap()  # the latest stored pod, derived
-        self.pod_uids: CowMap[str, tuple[str, str]] = CowMap()
+        # Plain dicts where no snapshot looks: only what a Snapshot holds pays for copy-on-write.
+        self.pods: dict[tuple[str, str], PodView] = {}  # the latest stored pod, derived
+        self.pod_uids: dict[str, tuple[str, str]] = {}
+        self.overlays: dict[str, str] = {}  # uid -> Binding | Releasing
         self.tasks: CowMap[str, PodView] = CowMap()  # the effective task of each accepted pod
-        self.overlays: CowMap[str, str] = CowMap()  # uid -> Binding | Releasing
         self.node_used: CowMap[str, dict[str, int]] = CowMap()
         self.nodes: CowMap[str, kinds.NodeView] = CowMap()
         self.node_seq: CowMap[str, int] = CowMap()
@@ -215,7 +216,7 @@ class CacheState:
         stored = self.pods.get(key)
         if stored is not None and stored.uid != pod.uid:
             self._drop_task(stored.uid)  # a new pod under an old name: the old uid addresses nothing
-            self.pod_uids.pop(stored.uid)
+            del self.pod_uids[stored.uid]
         self.pods[key] = pod
         self.pod_uids[pod.uid] = key
         current = self.tasks.get(pod.uid)
@@ -226,20 +227,20 @@ class CacheState:
         if current is not None and current.status in _HELD and not pod.node and pod.job == current.job:
             return Outcome("applied", "task kept: an update without the node name (Volcano PR #1857)")
         self._set_task(pod.uid, current, pod)
-        self.overlays.pop(pod.uid)
+        self.overlays.pop(pod.uid, None)
         return APPLIED
 
     def _delete_pod(self, key: tuple[str, str]) -> Outcome:
-        stored = self.pods.pop(key)
+        stored = self.pods.pop(key, None)
         if stored is None:
             return IGNORED
-        self.pod_uids.pop(stored.uid)
+        del self.pod_uids[stored.uid]
         self._drop_task(stored.uid)
         return APPLIED
 
     def _drop_task(self, uid: str) -> None:
         task = self.tasks.pop(uid)
-        self.overlays.pop(uid)
+        self.overlays.pop(uid, None)
         if task is not None and task.node and task.status not in _OFF_NODE:
             self._add_used(task.node, task.resreq, -1)
 
@@ -292,7 +293,7 @@ class CacheState:
             return Outcome("ignored", f"task is not under a {overlay} overlay")
         pod = self.pods[self.pod_uids[uid]]
         self._set_task(uid, self.tasks.get(uid), pod)
-        self.overlays.pop(uid)
+        del self.overlays[uid]
         return APPLIED
 
     # ----------------------------------------------------------------------------- snapshot

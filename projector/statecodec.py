@@ -23,7 +23,7 @@ class StateFormatError(ValueError):
     """Bytes that are not a state this code can load."""
 
 
-def _rows(m: CowMap[Any, Any]) -> list[Any]:
+def _rows(m: CowMap[Any, Any] | dict[Any, Any]) -> list[Any]:
     return [[k, list(v) if isinstance(v, tuple) else v] for k, v in sorted(m.items())]
 
 
@@ -39,7 +39,7 @@ def encode(state: CacheState) -> bytes:
         "version": state.version,
         "pods": [[list(k), list(v)] for k, v in sorted(state.pods.items())],
         "tasks": tasks,
-        "overlays": _rows(state.overlays),
+        "overlays": sorted(state.overlays.items()),
         "nodeUsed": _rows(state.node_used),
         "nodes": [[k, list(v._replace(taints=[list(t) for t in v.taints]))] for k, v in sorted(state.nodes.items())],
         "nodeSeq": _rows(state.node_seq),

@@ -42,11 +42,24 @@ def _reject_constant(name: str) -> Any:
 _decoder = json.JSONDecoder(parse_float=NumberLiteral, parse_constant=_reject_constant)
 
 
+_scan = _decoder.scan_once  # the C scanner; JSONDecoder.decode adds two regex calls around it
+_WS = " \t\n\r"
+
+
 def loads(text: str | bytes) -> Any:
     """Parse RFC 8259 JSON; raises ``ValueError`` (a ``json.JSONDecodeError`` for syntax)."""
-    if isinstance(text, (bytes, bytearray)):
+    if type(text) is not str:
         text = text.decode("utf-8")  # strict: a bad byte is an error, not a replacement character
-    return _decoder.decode(text)
+    start = 0
+    if text[:1] in _WS and text:
+        start = len(text) - len(text.lstrip(_WS))
+    try:
+        value, end = _scan(text, start)
+    except StopIteration as exc:
+        raise json.JSONDecodeError("Expecting value", text, exc.value) from None
+    if end != len(text) and text[end:].strip(_WS):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
 
 
 def dumps(value: Any) -> bytes:
