@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ingest.trace import SCHEDULER_RECORDS, WATCH_OPS, BadLine, check_watch, record_from_json
 from projector.kinds import KINDS
@@ -55,19 +56,23 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
     return state.apply_bad(f"unknown record type {op!r}")
 
 
-def replay_bytes(
-    data: bytes,
+def replay_lines(
+    lines: Iterable[bytes],
     config: FoldConfig | None = None,
     until: int | None = None,
     strict: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[CacheState, ReplayReport]:
+    """Fold raw lines (each with or without its LF) in order; blank lines are not records."""
     state = CacheState(config)
     report = ReplayReport()
     limit = until if until is not None else -1
     number = 0
-    for line in data.split(b"\n"):  # split_lines' rules, inlined: this loop runs per record
+    for raw in lines:  # split_lines' rules, inlined: this loop runs per record
         number += 1
+        if progress is not None:
+            progress(len(raw))
+        line = raw[:-1] if raw[-1:] == b"\n" else raw
         if line[-1:] == b"\r":
             line = line[:-1]
         if not line.strip(b" \t\r"):
@@ -83,17 +88,20 @@ def replay_bytes(
                     raise StrictStop(number, outcome.reason)
             elif outcome.result == "rejected":
                 report.rejected.append((number, outcome.reason))
-        if progress is not None:
-            progress(len(line) + 1)
     return state, report
 
 
-def replay_file(path: Path, **kwargs: object) -> tuple[CacheState, ReplayReport]:
+def replay_bytes(data: bytes, **kwargs: Any) -> tuple[CacheState, ReplayReport]:
+    return replay_lines(data.split(b"\n"), **kwargs)
+
+
+def replay_file(path: Path, **kwargs: Any) -> tuple[CacheState, ReplayReport]:
+    """Fold a trace file, streaming it: memory holds the state, not the file."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb", buffering=1 << 20) as f:
+            return replay_lines(f, **kwargs)
     except OSError as exc:
         raise FileNotFoundError(f"cannot read trace {path}: {exc.strerror}") from exc
-    return replay_bytes(data, **kwargs)  # type: ignore[arg-type]
 
 
 def replay_records(records: Iterable[object], state: CacheState) -> CacheState:

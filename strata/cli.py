@@ -325,15 +325,15 @@ output_option = click.option("--output", "-o", type=click.Choice(["json", "table
 @fold_options
 def replay(trace: Path, until: int | None, output: str, digest: bool, strict: bool, fold: Any) -> None:
     """Fold a trace (JSON lines) offline into the snapshot, with no Kafka."""
-    from projector.replay import StrictStop, replay_bytes
+    from projector.replay import StrictStop, replay_file
 
     try:
-        data = trace.read_bytes()
+        size = trace.stat().st_size
     except OSError as exc:
         raise StrataError(f"cannot read trace {trace}: {exc.strerror}") from exc
-    with _progress(len(data), f"replaying {trace.name}") as advance:
+    with _progress(size, f"replaying {trace.name}") as advance:
         try:
-            state, report = replay_bytes(data, config=fold, until=until, strict=strict, progress=advance)
+            state, report = replay_file(trace, config=fold, until=until, strict=strict, progress=advance)
         except StrictStop as exc:
             raise StrataError(f"{trace}:{str(exc).removeprefix('line ')}") from exc
     for number, error in report.bad:
@@ -358,10 +358,10 @@ def _print_snapshot(snapshot: Any, output: str, digest: bool) -> None:
 
 
 @contextlib.contextmanager
-def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
-    """A progress bar on a terminal; nothing when stderr is a pipe or a file."""
+def _progress(total: int, what: str) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar on a terminal; None when stderr is a pipe or a file."""
     if not sys.stderr.isatty():
-        yield lambda n: None
+        yield None
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
@@ -379,6 +379,36 @@ def _progress(total: int, what: str) -> Iterator[Callable[[int], None]]:
                 pending = 0
 
         yield advance
+
+
+# ---------------------------------------------------------------------------------------- gen
+@main.command()
+@click.option("--nodes", type=click.IntRange(min=1), default=5000, show_default=True)
+@click.option("--pods", type=click.IntRange(min=0), default=150_000, show_default=True, help="pods live at the end")
+@click.option("--queues", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option(
+    "--churn",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="pods that come and go before the end, per live pod",
+)
+@click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True, help="scheduler replicas")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--output", "-o", "path", type=click.Path(dir_okay=False, path_type=Path), help="default: stdout")
+def gen(nodes: int, pods: int, queues: int, churn: float, replicas: int, seed: int, path: Path | None) -> None:
+    """Write a synthetic cluster history (trace format) for benchmarks: the same seed, the same bytes."""
+    from strata.gen import generate
+
+    out = open(path, "wb") if path else click.get_binary_stream("stdout")  # noqa: SIM115 - closed below
+    try:
+        stats = generate(out, nodes=nodes, pods=pods, queues=queues, churn=churn, seed=seed, replicas=replicas)
+    finally:
+        if path:
+            out.close()
+    click.echo(
+        f"{stats.records} records, {stats.bytes} bytes; {stats.live_pods} pods live on {stats.nodes} nodes", err=True
+    )
 
 
 # ---------------------------------------------------------------------------- project, snapshot
