@@ -50,7 +50,23 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
                 check_watch(op, obj)
             return state.apply_watch(op, obj)
         if isinstance(op, str) and op in SCHEDULER_RECORDS:
-            return state.apply(record_from_json(value, ""))
+            _, required, optional = SCHEDULER_RECORDS[op]
+            for name in required:
+                if type(value.get(name)) is not str:
+                    record_from_json(value, "")  # raises BadLine, which says what is missing
+            for name in optional:
+                v = value.get(name)
+                if v is not None and type(v) is not str:
+                    record_from_json(value, "")
+            if op == "BIND":
+                return state.bind(value["pod"], value["node"])
+            if op == "BIND_FAILED":
+                return state.bind_failed(value["pod"])
+            if op == "EVICT":
+                return state.evict(value["pod"])
+            if op == "EVICT_FAILED":
+                return state.evict_failed(value["pod"])
+            return state.informational()
     except BadLine as exc:
         return state.apply_bad(str(exc))
     return state.apply_bad(f"unknown record type {op!r}")
@@ -72,11 +88,14 @@ def replay_lines(
         number += 1
         if progress is not None:
             progress(len(raw))
-        line = raw[:-1] if raw[-1:] == b"\n" else raw
-        if line[-1:] == b"\r":
-            line = line[:-1]
-        if not line.strip(b" \t\r"):
-            continue
+        if raw[:1] == b"{":
+            line = raw  # not blank; a trailing CR or LF is JSON whitespace, so no need to cut it off
+        else:
+            line = raw[:-1] if raw[-1:] == b"\n" else raw
+            if line[-1:] == b"\r":
+                line = line[:-1]
+            if not line.strip(b" \t\r"):
+                continue
         if state.version == limit:
             break
         outcome = fold_line(state, line)

@@ -102,20 +102,41 @@ class CacheState:
                 self.version += 1
                 return Outcome("bad", f"object is not JSON: {exc}")
             return self.apply_watch(record.op, obj)
-        self.version += 1
         if isinstance(record, Bind):
-            return self._bind(record.pod, record.node)
+            return self.bind(record.pod, record.node)
         if isinstance(record, BindFailed):
-            return self._revert(record.pod, BINDING)
+            return self.bind_failed(record.pod)
         if isinstance(record, Evict):
-            return self._evict(record.pod)
+            return self.evict(record.pod)
         if isinstance(record, EvictFailed):
-            return self._revert(record.pod, RELEASING)
+            return self.evict_failed(record.pod)
         if isinstance(record, (Synced, BindSucceeded, EvictSucceeded)):
-            return IGNORED
+            return self.informational()
         if isinstance(record, BadRecord):
-            return Outcome("bad", record.error)
-        return Outcome("bad", f"unknown record {type(record).__name__}")
+            return self.apply_bad(record.error)
+        return self.apply_bad(f"unknown record {type(record).__name__}")
+
+    # The scheduler records, one method each (AddBindTask's BIND, Evict's EVICT, their failures).
+    def bind(self, pod: str, node: str) -> Outcome:
+        self.version += 1
+        return self._bind(pod, node)
+
+    def bind_failed(self, pod: str) -> Outcome:
+        self.version += 1
+        return self._revert(pod, BINDING)
+
+    def evict(self, pod: str) -> Outcome:
+        self.version += 1
+        return self._evict(pod)
+
+    def evict_failed(self, pod: str) -> Outcome:
+        self.version += 1
+        return self._revert(pod, RELEASING)
+
+    def informational(self) -> Outcome:
+        """SYNCED, BIND_SUCCEEDED, EVICT_SUCCEEDED: a version, no change."""
+        self.version += 1
+        return IGNORED
 
     def apply_bad(self, error: str) -> Outcome:
         """A record that is not one: it takes a version and nothing else."""
@@ -245,10 +266,14 @@ class CacheState:
             self._add_used(task.node, task.resreq, -1)
 
     def _set_task(self, uid: str, old: PodView | None, new: PodView) -> None:
-        if old is not None and old.node and old.status not in _OFF_NODE:
-            self._add_used(old.node, old.resreq, -1)
-        if new.node and new.status not in _OFF_NODE:
-            self._add_used(new.node, new.resreq, 1)
+        was = old is not None and old.node and old.status not in _OFF_NODE
+        counts = new.node and new.status not in _OFF_NODE
+        # Binding -> Running on the same node is the common move: its usage does not change.
+        if not (was and counts and old.node == new.node and old.resreq == new.resreq):  # type: ignore[union-attr]
+            if was:
+                self._add_used(old.node, old.resreq, -1)  # type: ignore[union-attr]
+            if counts:
+                self._add_used(new.node, new.resreq, 1)
         self.tasks[uid] = new
 
     def _add_used(self, node: str, resreq: dict[str, int], sign: int) -> None:
