@@ -1,11 +1,19 @@
 # Sourced by the README's two commands: everything a fresh machine needs, idempotently.
 # A Python 3.11+ venv with Strata installed, a JDK and Maven (Kafka's jars come from Maven
-# Central on first use and are cached under ~/.cache/strata).
+# Central on first use and are cached under ~/.cache/strata), and PostgreSQL's binaries (the
+# local stack runs its own server on port 15432 for the tests of the SQL checkpoint store).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-need_package() {  # need_package COMMAND DEBIAN_PACKAGE
-  command -v "$1" >/dev/null 2>&1 && return 0
+have() {  # have COMMAND, or have '/a/glob/of/a/file'
+  case "$1" in
+    /*) compgen -G "$1" >/dev/null ;;
+    *) command -v "$1" >/dev/null 2>&1 ;;
+  esac
+}
+
+need_package() {  # need_package COMMAND_OR_PATH_GLOB DEBIAN_PACKAGE
+  have "$1" && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing $2 (for $1)" >&2
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
@@ -16,6 +24,13 @@ need_package() {  # need_package COMMAND DEBIAN_PACKAGE
 }
 need_package java openjdk-17-jre-headless
 need_package mvn maven
+if ! have '/usr/lib/postgresql/*/bin/initdb' && [ "$(id -u)" = 0 ]; then
+  # Only the binaries are wanted: tell postgresql-common (installed first) not to create the
+  # "main" cluster on port 5432 that it would otherwise make, and maybe start, for the new server.
+  need_package pg_createcluster postgresql-common
+  sed -i 's/^#\?\s*create_main_cluster\s*=.*/create_main_cluster = false/' /etc/postgresql-common/createcluster.conf
+fi
+need_package '/usr/lib/postgresql/*/bin/initdb' postgresql
 
 PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "strata: Python 3.11+ is needed" >&2; exit 1; }

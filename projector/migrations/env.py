@@ -1,8 +1,8 @@
 """Alembic's entry point for the checkpoint store's migrations.
 
 ``SqlCheckpointStore`` passes its open connection in ``config.attributes["connection"]``, inside a
-transaction it holds; without one (a developer running ``alembic revision --autogenerate``
-with ``-x url=...``), an engine is made from that URL.
+transaction it holds; without one (a developer generating the next revision, see
+docs/local-stack.md), an engine is made from ``-x url=...`` or the ``sqlalchemy.url`` option.
 """
 
 from __future__ import annotations
