@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,38 @@ def kafka(broker: Settings) -> Settings:
     settings = broker.with_(topic_prefix=f"test-{uuid.uuid4().hex[:12]}.", command_partitions=2)
     ensure_topics(settings)
     return settings
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The PostgreSQL of STRATA_PG_URL, else the local one of `strata dev up` (started if need be)."""
+    if os.environ.get("STRATA_PG_URL"):
+        return os.environ["STRATA_PG_URL"]
+    from strata.devstack.postgres import PostgresServer
+
+    server = PostgresServer(Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata"))
+    if not server.installed():
+        pytest.skip("PostgreSQL is not installed (scripts/bootstrap.sh installs the Debian package)")
+    server.up(log=lambda _msg: None)
+    return server.url
+
+
+@pytest.fixture
+def postgres_database(postgres_url: str) -> Iterator[str]:
+    """The URL of a fresh, empty database on that server, dropped after the test."""
+    from sqlalchemy import create_engine
+
+    from projector.sqlstore import normalize_url
+
+    server = normalize_url(postgres_url)
+    name = f"strata_test_{uuid.uuid4().hex[:12]}"
+    # CREATE/DROP DATABASE cannot run inside a transaction
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield server.set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
