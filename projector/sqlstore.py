@@ -38,7 +38,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from projector.checkpoint import Checkpoint, CheckpointInfo, LogIdentity
 from strata.errors import StrataError
 
-SQLITE_BUSY_TIMEOUT_MS = 30_000  # a writer waits this long for another one (checkpoints are rare and small in number)
+SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another (a large checkpoint takes a while)
 MIGRATIONS = "projector:migrations"  # Alembic resolves package:path, so the installed package is enough
 _MIGRATION_LOCK = 0x5354_5241_5441  # "STRATA": a PostgreSQL advisory lock key held while migrating
 
