@@ -30,7 +30,7 @@ def test_help_and_version():
     [
         (["ingest", "--from", "/nonexistent/trace.jsonl"], "cannot read trace /nonexistent/trace.jsonl"),
         (["ingest"], "watching a cluster is not available yet"),
-        (["replay", "x.jsonl", "--digest"], "`strata replay` is not implemented yet"),
+        (["replay", "x.jsonl", "--digest"], "cannot read trace x.jsonl"),
         (["topics", "list", "--topic-prefix", "no spaces"], "topic prefix 'no spaces'"),
         (["topics", "list", "-X", "oops"], "-X takes key=value"),
         (["log", "summary", "--bootstrap", "127.0.0.1:1"], "Kafka: Failed to get watermark offsets"),
