@@ -1,6 +1,6 @@
 """Benchmark: replay throughput (file and broker), snapshot() cost, peak RSS of the projector.
 
-    .venv/bin/python bench/projector.py [--trace PATH] [--nodes 5000] [--pods 150000] [--no-broker]
+    .venv/bin/python bench/projector_bench.py [--trace PATH] [--nodes 5000] [--pods 150000] [--no-broker]
 
 Without --trace it generates a synthetic history with `strata gen`'s generator first. Replay from
 a file runs in a child process so that its peak RSS is its own. The broker part publishes the
