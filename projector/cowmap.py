@@ -19,69 +19,8 @@ SHARDS = 64
 _MASK = SHARDS - 1
 
 
-class CowMap(Generic[K, V]):
-    __slots__ = ("_owned", "_shards")
-
-    def __init__(self) -> None:
-        self._shards: list[dict[K, V]] = [{} for _ in range(SHARDS)]
-        self._owned = [True] * SHARDS
-
-    def get(self, key: K, default: V | None = None) -> V | None:
-        return self._shards[hash(key) & _MASK].get(key, default)
-
-    def __contains__(self, key: K) -> bool:
-        return key in self._shards[hash(key) & _MASK]
-
-    def __getitem__(self, key: K) -> V:
-        return self._shards[hash(key) & _MASK][key]
-
-    def __setitem__(self, key: K, value: V) -> None:
-        i = hash(key) & _MASK
-        if not self._owned[i]:
-            self._shards[i] = dict(self._shards[i])
-            self._owned[i] = True
-        self._shards[i][key] = value
-
-    def pop(self, key: K, default: V | None = None) -> V | None:
-        i = hash(key) & _MASK
-        shard = self._shards[i]
-        if key not in shard:
-            return default
-        if not self._owned[i]:
-            shard = self._shards[i] = dict(shard)
-            self._owned[i] = True
-        return shard.pop(key)
-
-    def __len__(self) -> int:
-        return sum(map(len, self._shards))
-
-    def items(self) -> Iterator[tuple[K, V]]:
-        for shard in self._shards:
-            yield from shard.items()
-
-    def values(self) -> Iterator[V]:
-        for shard in self._shards:
-            yield from shard.values()
-
-    def keys(self) -> Iterator[K]:
-        for shard in self._shards:
-            yield from shard
-
-    def freeze(self) -> FrozenMap[K, V]:
-        """A read-only view of the map as it is now; later writes do not reach it."""
-        self._owned = [False] * SHARDS
-        return FrozenMap(list(self._shards))
-
-    @classmethod
-    def from_items(cls, items: Iterator[tuple[K, V]] | list[tuple[K, V]]) -> CowMap[K, V]:
-        m: CowMap[K, V] = cls()
-        for k, v in items:
-            m[k] = v
-        return m
-
-
 class FrozenMap(Generic[K, V]):
-    """The read side of a snapshot of a ``CowMap``."""
+    """The read side, and what a snapshot holds: shards that nobody writes to any more."""
 
     __slots__ = ("_shards",)
 
@@ -111,3 +50,35 @@ class FrozenMap(Generic[K, V]):
     def keys(self) -> Iterator[K]:
         for shard in self._shards:
             yield from shard
+
+
+class CowMap(FrozenMap[K, V]):
+    """The write side: copies a shard on its first write after ``freeze``."""
+
+    __slots__ = ("_owned",)
+
+    def __init__(self) -> None:
+        super().__init__([{} for _ in range(SHARDS)])
+        self._owned = [True] * SHARDS
+
+    def __setitem__(self, key: K, value: V) -> None:
+        i = hash(key) & _MASK
+        if not self._owned[i]:
+            self._shards[i] = dict(self._shards[i])
+            self._owned[i] = True
+        self._shards[i][key] = value
+
+    def pop(self, key: K, default: V | None = None) -> V | None:
+        i = hash(key) & _MASK
+        shard = self._shards[i]
+        if key not in shard:
+            return default
+        if not self._owned[i]:
+            shard = self._shards[i] = dict(shard)
+            self._owned[i] = True
+        return shard.pop(key)
+
+    def freeze(self) -> FrozenMap[K, V]:
+        """A read-only view of the map as it is now; later writes do not reach it."""
+        self._owned = [False] * SHARDS
+        return FrozenMap(list(self._shards))

@@ -324,20 +324,7 @@ def _add_init_containers(spec: dict[str, Any], result: Resources) -> None:
 def _container_request(container: Any, what: str) -> Resources:
     if type(container) is not dict:
         raise BadObject(f"{what} holds an element that is not an object")
-    resources = container.get("resources")
-    if resources is None:
-        return {}
-    if type(resources) is not dict:
-        raise BadObject(f"{what}.resources is not an object")
-    requests = resources.get("requests")
-    if requests is None:
-        return {}
-    if type(requests) is not dict:
-        raise BadObject(f"{what}.resources.requests is not an object")
-    try:
-        return parse_resources(requests)
-    except BadQuantity as exc:
-        raise BadObject(f"{what}.resources.requests: {exc}") from None
+    return _resources(_obj(container, "resources", what), "requests", f"{what}.resources")
 
 
 # --------------------------------------------------------------------------------------- node

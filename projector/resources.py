@@ -157,31 +157,6 @@ def _parse_resources(values: dict[str, Any]) -> Resources:
     return out
 
 
-def add(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
-    if not b:
-        return a if isinstance(a, dict) else dict(a)
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) + v
-    return out
-
-
-def sub(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
-    if not b:
-        return a if isinstance(a, dict) else dict(a)
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = out.get(k, 0) - v
-    return out
-
-
-def maximum(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = max(out.get(k, 0), v)
-    return out
-
-
 def nonzero(r: Mapping[str, int]) -> dict[str, int]:
     """The output form: only non-zero entries."""
     return {k: v for k, v in r.items() if v}

@@ -21,23 +21,27 @@ CONFORMANCE = Path(__file__).with_name("conformance")
 C06 = (CONFORMANCE / "c06.jsonl").read_bytes()
 
 
+def _in_processes(code: str, trace: str, seeds: tuple[str, ...]) -> set[str]:
+    """What ``code`` prints for ``trace`` in one fresh process per PYTHONHASHSEED."""
+    return {
+        subprocess.run(
+            [sys.executable, "-c", code, str(CONFORMANCE / trace)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+        ).stdout
+        for seed in seeds
+    }
+
+
 def test_the_digest_does_not_depend_on_the_hash_seed():
     """Two processes with different string hashing compute the same bytes."""
     code = (
         "import sys; from pathlib import Path; from projector.replay import replay_file;"
         "print(replay_file(Path(sys.argv[1]))[0].snapshot().digest())"
     )
-    digests = {
-        subprocess.run(
-            [sys.executable, "-c", code, str(CONFORMANCE / "c05.jsonl")],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            check=True,
-        ).stdout
-        for seed in ("0", "1", "12345")
-    }
-    assert len(digests) == 1
+    assert len(_in_processes(code, "c05.jsonl", ("0", "1", "12345"))) == 1
 
 
 def test_a_snapshot_never_changes_after_later_records():
@@ -75,17 +79,7 @@ def test_state_bytes_do_not_depend_on_the_hash_seed():
         "from projector.statecodec import encode;"
         "print(hashlib.sha256(encode(replay_file(Path(sys.argv[1]))[0])).hexdigest())"
     )
-    outs = {
-        subprocess.run(
-            [sys.executable, "-c", code, str(CONFORMANCE / "c04.jsonl")],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            check=True,
-        ).stdout
-        for seed in ("3", "4")
-    }
-    assert len(outs) == 1
+    assert len(_in_processes(code, "c04.jsonl", ("3", "4"))) == 1
 
 
 def test_a_bad_state_blob_is_a_clear_error():
