@@ -39,11 +39,11 @@ json_s = time.process_time() - t0
 t0 = time.process_time()
 state, report = replay_file(path)
 replay_s = time.process_time() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 snap = state.snapshot()
 t0 = time.perf_counter()
 render = len(snap.canonical_bytes())
 render_s = time.perf_counter() - t0
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the fold and one rendering of its snapshot
 print(json.dumps({"records": report.records, "json_loads_s": json_s, "replay_s": replay_s, "rss": rss,
                   "tasks": len(snap.tasks), "nodes": len(snap.nodes), "bad": len(report.bad),
                   "rejected": len(report.rejected), "canonical_bytes": render, "render_s": render_s,
@@ -133,7 +133,7 @@ def main() -> None:
             "replay_records_per_s": round(file_run["records"] / file_run["replay_s"]),
             "replay_vs_json_loads": round(file_run["replay_s"] / file_run["json_loads_s"], 2),
             "json_loads_records_per_s": round(file_run["records"] / file_run["json_loads_s"]),
-            "peak_rss_mb": round(file_run["rss"] / 2**20),  # replay and the rendering of its snapshot
+            "peak_rss_mb": round(file_run["rss"] / 2**20),
             "final_tasks": file_run["tasks"],
             "final_nodes": file_run["nodes"],
             "bad_records": file_run["bad"],
