@@ -146,10 +146,14 @@ def dev_up(data_dir: str | None, kafka_port: int) -> None:
 
 @dev.command("down")
 @dev_options
-def dev_down(data_dir: str | None, kafka_port: int) -> None:
-    """Stop the stack (its data stays)."""
-    stopped = _stack(data_dir, kafka_port).down()
+@click.option("--purge", is_flag=True, help="also delete the stack's data (topics, checkpoints)")
+def dev_down(data_dir: str | None, kafka_port: int, purge: bool) -> None:
+    """Stop the stack (its data stays unless --purge)."""
+    stack = _stack(data_dir, kafka_port)
+    stopped = stack.down()
     click.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running", err=True)
+    if purge:
+        click.echo(f"deleted {stack.purge()}", err=True)
 
 
 @dev.command("status")

@@ -16,22 +16,42 @@ from strata.topics import ensure_topics
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="session")
-def broker() -> Settings:
-    if os.environ.get("STRATA_KAFKA_BOOTSTRAP"):
-        return settings_from()
-    from strata.devstack import Stack
+TEST_PREFIX = "test-"  # every topic a test creates starts with it, and is deleted afterwards
 
-    env = Stack(Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata")).up()
-    return settings_from(bootstrap=env["STRATA_KAFKA_BOOTSTRAP"], data_dir=env["STRATA_DATA_DIR"])
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Settings]:
+    if os.environ.get("STRATA_KAFKA_BOOTSTRAP"):
+        settings = settings_from()
+    else:
+        from strata.devstack import Stack
+
+        env = Stack(Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata")).up()
+        settings = settings_from(bootstrap=env["STRATA_KAFKA_BOOTSTRAP"], data_dir=env["STRATA_DATA_DIR"])
+    yield settings
+    # A broker that outlives the tests would otherwise gather thousands of partitions and take
+    # minutes to start next time.
+    drop_topics(settings.with_(topic_prefix=TEST_PREFIX))
 
 
 @pytest.fixture
-def kafka(broker: Settings) -> Settings:
-    """Settings with a fresh topic prefix whose topics exist."""
-    settings = broker.with_(topic_prefix=f"test-{uuid.uuid4().hex[:12]}.", command_partitions=2)
+def kafka(broker: Settings) -> Iterator[Settings]:
+    """Settings with a fresh topic prefix whose topics exist (and are deleted afterwards)."""
+    settings = broker.with_(topic_prefix=f"{TEST_PREFIX}{uuid.uuid4().hex[:12]}.", command_partitions=2)
     ensure_topics(settings)
-    return settings
+    yield settings
+    drop_topics(settings)
+
+
+def drop_topics(settings: Settings) -> None:
+    """Delete every topic whose name starts with the settings' topic prefix."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.client_config())
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix)]
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            future.result()
 
 
 @pytest.fixture(scope="session")

@@ -42,7 +42,7 @@ def test_dev_status_of_a_stack_that_never_ran(tmp_path):
 
 
 def test_demo_publishes_reads_back_and_summarizes(broker: Settings):
-    out = run("demo", env=env_of(broker))
+    out = run("demo", env=env_of(broker.with_(topic_prefix="test-demo.")))
     assert out.returncode == 0, out.stderr
     assert "published 27 records of sample-cluster.jsonl (1 bad, quarantined)" in out.stdout
     assert ": 27 records, offsets 0..26" in out.stdout

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -44,7 +44,7 @@ def test_topics_are_created_with_explicit_settings_and_idempotently(kafka: Setti
 
 
 def test_a_cache_log_with_two_partitions_is_refused(broker: Settings):
-    settings = broker.with_(topic_prefix=f"test-two-{os.getpid()}-{id(broker)}.")
+    settings = broker.with_(topic_prefix=f"test-two-{uuid.uuid4().hex[:8]}.")
     admin = AdminClient(settings.client_config())
     admin.create_topics([NewTopic(TopicNames(settings.topic_prefix).cache_log, 2, 1)])[
         TopicNames(settings.topic_prefix).cache_log

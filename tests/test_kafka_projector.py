@@ -18,6 +18,8 @@ from projector.runner import LogRunner
 from projector.sqlstore import SqlCheckpointStore
 from projector.state import FoldConfig
 from strata.config import Settings
+from strata.topics import ensure_topics
+from tests.conftest import drop_topics
 from tests.test_cli import STRATA, run
 from tests.test_kafka_cli import env_of
 
@@ -36,9 +38,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_every_conformance_trace_through_the_broker_equals_replay(broker: Settings, tmp_path: Path):
     store = SqlCheckpointStore(f"sqlite:///{tmp_path / 'c.db'}")
     for name in TRACES:
-        settings = broker.with_(topic_prefix=f"test-conf-{uuid.uuid4().hex[:8]}.")
-        from strata.topics import ensure_topics
-
+        settings = broker.with_(topic_prefix=f"test-conf-{uuid.uuid4().hex[:8]}.", command_partitions=1)
         ensure_topics(settings)
         publish_trace(settings, CONFORMANCE / name)
         runner = LogRunner(settings, store, FoldConfig())
@@ -49,6 +49,7 @@ def test_every_conformance_trace_through_the_broker_equals_replay(broker: Settin
         if name == "c04.jsonl":
             until = replay_file(CONFORMANCE / name, until=500)[0].snapshot()
             assert runner.state_at(500).snapshot().canonical_bytes() == until.canonical_bytes()
+        drop_topics(settings)
 
 
 def test_snapshot_command_equals_replay_command_byte_for_byte(kafka: Settings, tmp_path: Path):

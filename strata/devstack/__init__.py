@@ -49,6 +49,14 @@ class Stack:
         stopped = ["kafka"] if self.kafka.down() else []
         return [*stopped, "postgres"] if self.postgres.down() else stopped
 
+    def purge(self) -> str:
+        """Delete the stopped stack's data: the broker's log directories and PostgreSQL's cluster."""
+        import shutil
+
+        for home in (self.kafka.home, self.postgres.home):
+            shutil.rmtree(home, ignore_errors=True)
+        return f"{self.kafka.home} and {self.postgres.home}"
+
     def status(self) -> dict[str, str]:
         kafka = self.kafka.running()
         status = {"kafka": f"running (pid {kafka.pid}) at {self.kafka.bootstrap}" if kafka else "stopped"}
