@@ -46,9 +46,12 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
             obj = value.get("object")
             # The fold checks the identity of the kinds it reads; others need the trace
             # format's own required fields to be a record at all.
-            if type(obj) is not dict or (obj.get("apiVersion"), obj.get("kind")) not in KINDS:
+            if type(obj) is not dict:
                 check_watch(op, obj)
-            return state.apply_watch(op, obj)
+            kind = (obj.get("apiVersion"), obj.get("kind"))
+            if kind not in KINDS:
+                check_watch(op, obj)
+            return state.apply_watch(op, obj, kind)
         if isinstance(op, str) and op in SCHEDULER_RECORDS:
             _, required, optional = SCHEDULER_RECORDS[op]
             for name in required:

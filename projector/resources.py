@@ -131,18 +131,22 @@ def parse_resources(values: Any) -> Resources:
         return EMPTY
     if type(values) is not dict:
         raise BadQuantity("a resource list is not an object")
+    for quantity in values.values():
+        if type(quantity) is not str:
+            # Only all-string lists are memoized: as dict keys True == 1 and False == 0, and a
+            # boolean must stay a bad quantity.
+            return _parse_resources(values)
     key = tuple(values.items())
-    try:
-        return _parsed[key]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable quantity (a list, an object): parse to report it
-        return _parse_resources(values)
-    out = _parse_resources(values)
-    if len(_parsed) >= _PARSED_MAX:
-        _parsed.clear()
-    _parsed[key] = out
+    out = _parsed.get(key)
+    if out is None:
+        out = _parse_resources(values)
+        if len(_parsed) >= _PARSED_MAX:
+            _parsed.clear()
+        _parsed[key] = out
     return out
+
+
+_entries: dict[tuple[str, str], int | None] = {}  # (name, quantity text) -> stored value, None when ignored
 
 
 def _parse_resources(values: dict[str, Any]) -> Resources:
@@ -150,11 +154,23 @@ def _parse_resources(values: dict[str, Any]) -> Resources:
     for name, quantity in values.items():
         if quantity is None:
             continue
-        scale = scale_of(name)
-        stored = parse_quantity(quantity, scale or 1)
-        if scale is not None:
+        key = (name, quantity)
+        stored = _entries.get(key, _MISSING) if type(quantity) is str else _MISSING
+        if stored is _MISSING:
+            scale = scale_of(name)
+            stored = parse_quantity(quantity, scale or 1)
+            if scale is None:
+                stored = None
+            if type(quantity) is str:
+                if len(_entries) >= _PARSED_MAX:
+                    _entries.clear()
+                _entries[key] = stored
+        if stored is not None:
             out[name] = stored
     return out
+
+
+_MISSING: Any = object()
 
 
 def nonzero(r: Mapping[str, int]) -> dict[str, int]:

@@ -143,12 +143,16 @@ class CacheState:
         self.version += 1
         return Outcome("bad", error)
 
-    def apply_watch(self, op: str, obj: Any) -> Outcome:
-        """Apply a watch event whose object is parsed JSON (``schemas.objectjson``)."""
+    def apply_watch(self, op: str, obj: Any, kind: tuple[Any, Any] | None = None) -> Outcome:
+        """Apply a watch event whose object is parsed JSON (``schemas.objectjson``).
+
+        ``kind`` is the object's (apiVersion, kind) when the caller already looked it up.
+        """
         self.version += 1
         if type(obj) is not dict:
             return Outcome("bad", "object is not a JSON object")
-        kind = (obj.get("apiVersion"), obj.get("kind"))
+        if kind is None:
+            kind = (obj.get("apiVersion"), obj.get("kind"))
         if kind not in kinds.KINDS:
             return IGNORED
         try:
@@ -239,7 +243,8 @@ class CacheState:
             self._drop_task(stored.uid)  # a new pod under an old name: the old uid addresses nothing
             del self.pod_uids[stored.uid]
         self.pods[key] = pod
-        self.pod_uids[pod.uid] = key
+        if stored is None or stored.uid != pod.uid:
+            self.pod_uids[pod.uid] = key
         current = self.tasks.get(pod.uid)
         if not pod.accepted:
             if current is not None:

@@ -236,3 +236,18 @@ def test_scalar_names():
         assert is_scalar_name(name), name
     for name in ("storage", "requests.cpu", "Example.COM/gpu", "a/b/c", "example.com/gpu\n", "example.com/", "x/-a"):
         assert not is_scalar_name(name), name
+
+
+def test_memoized_resource_lists_keep_booleans_bad():
+    """As dict keys True == 1: the memo must not turn a boolean quantity into a good one."""
+    from projector.resources import parse_resources
+
+    assert parse_resources({"cpu": 1}) == {"cpu": 1000}
+    assert parse_resources({"cpu": "1"}) == {"cpu": 1000}
+    for value in (True, False):
+        with pytest.raises(BadQuantity):
+            parse_resources({"cpu": value})
+    with pytest.raises(BadQuantity):
+        parse_resources({"storage": "lots"})
+    with pytest.raises(BadQuantity):
+        parse_resources({"storage": "lots"})  # a second time, from whatever the memo holds
