@@ -73,25 +73,23 @@ def _arr(parent: dict[str, Any], key: str, what: str) -> list[Any]:
     raise BadObject(f"{what}.{key} is not an array")
 
 
-def _str(parent: dict[str, Any], key: str, what: str) -> str | None:
+def _typed(parent: dict[str, Any], key: str, what: str, kind: type, noun: str) -> Any:
     value = parent.get(key)
-    if value is None or type(value) is str:
+    if value is None or type(value) is kind:  # `type is`, not isinstance: a bool is no integer here
         return value
-    raise BadObject(f"{what}.{key} is not a string")
+    raise BadObject(f"{what}.{key} is not {noun}")
+
+
+def _str(parent: dict[str, Any], key: str, what: str) -> str | None:
+    return _typed(parent, key, what, str, "a string")
 
 
 def _int(parent: dict[str, Any], key: str, what: str) -> int | None:
-    value = parent.get(key)
-    if value is None or (type(value) is int):
-        return value
-    raise BadObject(f"{what}.{key} is not an integer")
+    return _typed(parent, key, what, int, "an integer")
 
 
 def _bool(parent: dict[str, Any], key: str, what: str) -> bool | None:
-    value = parent.get(key)
-    if value is None or type(value) is bool:
-        return value
-    raise BadObject(f"{what}.{key} is not a boolean")
+    return _typed(parent, key, what, bool, "a boolean")
 
 
 def _string_map(parent: dict[str, Any], key: str, what: str) -> dict[str, str]:

@@ -427,19 +427,8 @@ class _Generator:
                 spec["guarantee"] = {"resource": {"cpu": "64", "memory": "256Gi"}}
             if i >= 10 and i % 3 == 0:
                 spec["parent"] = names[i % 10] if names[i % 10] != "default" else "research"
-            obj = {
-                "apiVersion": "scheduling.volcano.sh/v1beta1",
-                "kind": "Queue",
-                "metadata": {
-                    "name": name,
-                    "uid": self.uid(),
-                    "resourceVersion": self.next_rv(),
-                    "generation": 1,
-                    "creationTimestamp": "2024-11-04T09:20:03Z",
-                },
-                "spec": spec,
-                "status": {"state": "Open", "reservation": {}},
-            }
+            obj = self.queue_object(name, spec, "2024-11-04T09:20:03Z")
+            obj["status"]["reservation"] = {}
             self.queue_objs[name] = obj
             self.queue_weights.append(weight + 2)
             self.queue_ns[name] = ["default", "batch-jobs"] if name == "default" else [name, f"{name}-dev"]
@@ -774,8 +763,8 @@ class _Generator:
         obj["metadata"]["generation"] += 1
         self.watch("MODIFIED", "Queue", _dumps(obj))
 
-    def adhoc_queue(self, name: str, _gen: int) -> None:
-        obj = {
+    def queue_object(self, name: str, spec: dict[str, Any], created: str) -> dict[str, Any]:
+        return {
             "apiVersion": "scheduling.volcano.sh/v1beta1",
             "kind": "Queue",
             "metadata": {
@@ -783,11 +772,14 @@ class _Generator:
                 "uid": self.uid(),
                 "resourceVersion": self.next_rv(),
                 "generation": 1,
-                "creationTimestamp": self.ts(),
+                "creationTimestamp": created,
             },
-            "spec": {"weight": 1, "reclaimable": True},
+            "spec": spec,
             "status": {"state": "Open"},
         }
+
+    def adhoc_queue(self, name: str, _gen: int) -> None:
+        obj = self.queue_object(name, {"weight": 1, "reclaimable": True}, self.ts())
         self.watch("ADDED", "Queue", _dumps(obj))
         obj["status"]["state"] = "Closed"
         obj["metadata"]["resourceVersion"] = self.next_rv()
