@@ -131,11 +131,16 @@ def dev_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 @dev.command("up")
 @dev_options
-def dev_up(data_dir: str | None, kafka_port: int) -> None:
+@click.option(
+    "--kube",
+    is_flag=True,
+    help="also etcd and kube-apiserver with Strata's CRDs (built on first use); exports KUBECONFIG",
+)
+def dev_up(data_dir: str | None, kafka_port: int, kube: bool) -> None:
     """Start the stack (or reuse it) and print shell exports: eval "$(strata dev up)"."""
     from strata.topics import ensure_topics
 
-    env = _stack(data_dir, kafka_port).up()
+    env = _stack(data_dir, kafka_port).up(kube=kube)
     settings = settings_from(bootstrap=env["STRATA_KAFKA_BOOTSTRAP"], data_dir=env["STRATA_DATA_DIR"])
     created = [t for t, outcome in ensure_topics(settings).items() if outcome == "created"]
     if created:

@@ -1,9 +1,10 @@
 """The local stack for development, tests and the demo: what `strata dev up` starts.
 
 Each service is started once and reused while it runs, so `strata dev up` is idempotent and
-cheap; `strata dev down` stops everything. Later services (etcd, kube-apiserver) join the same
-list. PostgreSQL is optional: it starts when its binaries are installed; SQLite stays the
-default checkpoint store, so only STRATA_PG_URL points at it.
+cheap; `strata dev down` stops everything. PostgreSQL is optional: it starts when its binaries
+are installed; SQLite stays the default checkpoint store, so only STRATA_PG_URL points at it.
+The Kubernetes control plane (etcd and kube-apiserver, built from Go modules on first use) starts
+only when asked for (``up(kube=True)``, `strata dev up --kube`); the stack exports KUBECONFIG then.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from strata.devstack.apiserver import KubeAPIServer, apply_crds
+from strata.devstack.etcd import EtcdServer
 from strata.devstack.kafka import KafkaBroker
 from strata.devstack.postgres import PostgresServer
 
 NOT_INSTALLED = "not installed"
+# A control plane that was set up here but is not running: not "stopped" (exit 3 of `strata dev
+# status`), because a plain `strata dev up` does not start it either.
+NOT_RUNNING = "not running (strata dev up --kube starts it)"
 
 
 def _log(msg: str) -> None:
@@ -27,6 +33,8 @@ class Stack:
     data_dir: Path
     kafka_port: int = 19092
     postgres_port: int = 15432
+    etcd_port: int = 12379
+    kube_port: int = 16443
 
     @property
     def kafka(self) -> KafkaBroker:
@@ -36,26 +44,61 @@ class Stack:
     def postgres(self) -> PostgresServer:
         return PostgresServer(self.data_dir, self.postgres_port)
 
-    def up(self) -> dict[str, str]:
-        """Start (or reuse) every service; returns the environment that points at them."""
+    @property
+    def etcd(self) -> EtcdServer:
+        return EtcdServer(self.data_dir, self.etcd_port)
+
+    @property
+    def apiserver(self) -> KubeAPIServer:
+        return KubeAPIServer(self.data_dir, self.kube_port, etcd_url=self.etcd.url)
+
+    def up(self, kube: bool = False) -> dict[str, str]:
+        """Start (or reuse) every service; returns the environment that points at them.
+
+        With ``kube``, also the Kubernetes control plane (``up_kube``) and KUBECONFIG."""
         _log(self.kafka.up(log=_log))
         env = {"STRATA_KAFKA_BOOTSTRAP": self.kafka.bootstrap, "STRATA_DATA_DIR": str(self.data_dir.resolve())}
         if self.postgres.installed():
             _log(self.postgres.up(log=_log))
             env["STRATA_PG_URL"] = self.postgres.url
+        if kube:
+            env.update(self.up_kube())
         return env
 
+    def up_kube(self) -> dict[str, str]:
+        """Start (or reuse) etcd and kube-apiserver, building them first when the cache lacks them,
+        and apply Strata's CRDs; returns {"KUBECONFIG": the admin kubeconfig}."""
+        _log(self.etcd.up(log=_log))
+        _log(self.apiserver.up(log=_log))
+        crds = apply_crds(self.apiserver.kubeconfig)
+        _log(f"CRDs established: {', '.join(crds)}")
+        return {"KUBECONFIG": str(self.apiserver.kubeconfig)}
+
     def down(self) -> list[str]:
-        stopped = ["kafka"] if self.kafka.down() else []
-        return [*stopped, "postgres"] if self.postgres.down() else stopped
+        # in the order of _servers: the API server before its storage
+        return [name for name, server in self._servers() if server.down()]
+
+    def _servers(self) -> list[tuple[str, KubeAPIServer | EtcdServer | KafkaBroker | PostgresServer]]:
+        return [
+            ("kube-apiserver", self.apiserver),
+            ("etcd", self.etcd),
+            ("kafka", self.kafka),
+            ("postgres", self.postgres),
+        ]
 
     def purge(self) -> str:
-        """Delete the stopped stack's data: the broker's log directories and PostgreSQL's cluster."""
+        """Delete the stopped stack's data: the broker's log directories, PostgreSQL's cluster,
+        etcd's member directory and the control plane's certificates and kubeconfig."""
         import shutil
 
-        for home in (self.kafka.home, self.postgres.home):
+        homes = [server.home for _, server in self._servers()]
+        for home in homes:
             shutil.rmtree(home, ignore_errors=True)
-        return f"{self.kafka.home} and {self.postgres.home}"
+        return ", ".join(map(str, homes))
+
+    def kube_set_up(self) -> bool:
+        """Whether the control plane ever ran in this data directory (its data exists)."""
+        return self.etcd.home.exists() or self.apiserver.home.exists()
 
     def status(self) -> dict[str, str]:
         kafka = self.kafka.running()
@@ -65,4 +108,13 @@ class Stack:
             status["postgres"] = f"running (pid {postgres.pid}) at 127.0.0.1:{self.postgres.port}"
         else:
             status["postgres"] = "stopped" if self.postgres.installed() else NOT_INSTALLED
+        if self.kube_set_up():
+            etcd = self.etcd.running()
+            status["etcd"] = f"running (pid {etcd.pid}) at {self.etcd.url}" if etcd else NOT_RUNNING
+            apiserver = self.apiserver.running()
+            status["kube-apiserver"] = (
+                f"running (pid {apiserver.pid}) at {self.apiserver.url}, KUBECONFIG={self.apiserver.kubeconfig}"
+                if apiserver
+                else NOT_RUNNING
+            )
         return status

@@ -1,0 +1,296 @@
+"""A real kube-apiserver on https://127.0.0.1:16443, backed by the local etcd; no other control-plane
+component runs (no controller-manager, no scheduler, no kubelet).
+
+Built from Go modules by ``strata.devstack.build``. Everything else lives under ``<data dir>/kube``:
+a local CA and the certificates it signs (``pki/``, made once with the openssl command), the
+service-account signing key, the admin kubeconfig (``kubeconfig``: CA and a client certificate of
+the group ``system:masters``, embedded) and the server's output (``server.log``). Authorization is
+RBAC, as in a real cluster. Strata's CustomResourceDefinitions (``strata/devstack/crds/``) are
+applied with the Kubernetes Python client once the server is ready.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+import yaml
+
+from strata.devstack import build, etcd, process
+from strata.errors import StrataError
+
+Log = Callable[[str], None]
+CRDS = files("strata.devstack") / "crds"
+CLUSTER = "strata-local"
+ADMIN = "strata-admin"
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` Service's
+CERT_DAYS = 3650
+# No controller runs, so the admission plugins that rely on one are off (as in Kubernetes'
+# scheduler_perf): ServiceAccount would wait for a token controller; TaintNodesByCondition would
+# give every new Node a not-ready taint that only the node-lifecycle controller removes; Priority
+# would reject pods whose priorityClassName names a class nobody created.
+DISABLED_ADMISSION = ("ServiceAccount", "TaintNodesByCondition", "Priority")
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    exe = shutil.which("openssl")
+    if exe is None:
+        raise StrataError("the openssl command is needed once to make the local kube-apiserver's certificates")
+    result = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise StrataError(f"openssl {args[0]} failed: {detail[0]}")
+
+
+@dataclass(frozen=True)
+class KubeAPIServer:
+    data_dir: Path
+    port: int = 16443
+    etcd_url: str = "http://127.0.0.1:12379"
+
+    @property
+    def home(self) -> Path:
+        return self.data_dir.resolve() / "kube"
+
+    @property
+    def pki(self) -> Path:
+        return self.home / "pki"
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.home / "kubeconfig"
+
+    @property
+    def state_path(self) -> Path:
+        return self.home / "server.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "server.log"
+
+    def running(self) -> process.ProcessState | None:
+        state = process.read_state(self.state_path)
+        return state if process.alive(state) else None
+
+    def _get(self, path: str) -> tuple[int, bytes]:
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
+        try:
+            with urllib.request.urlopen(f"{self.url}{path}", timeout=5, context=ctx) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def ready(self) -> bool:
+        if not process.port_open(self.port):
+            return False
+        try:
+            return self._get("/readyz") == (200, b"ok")
+        except (OSError, urllib.error.URLError, ssl.SSLError):
+            return False
+
+    def up(self, log: Log = print, timeout_s: float = 120.0) -> str:
+        """Start kube-apiserver (building it first if need be), or reuse the running one; says which.
+
+        etcd must run at ``etcd_url``. Writes the admin kubeconfig; does not apply the CRDs
+        (``apply_crds`` does)."""
+        version = build.KUBE_APISERVER.version
+        state = self.running()
+        if state is not None:
+            if state.port != self.port:
+                raise StrataError(f"a kube-apiserver of this data directory already runs on port {state.port}")
+            process.wait_until(self.ready, "kube-apiserver", timeout_s, state, self.log_path)
+            self._write_kubeconfig()
+            return f"kube-apiserver {version} already running (pid {state.pid}) at {self.url}"
+        if process.port_open(self.port):
+            raise StrataError(f"port {self.port} is in use by another process")
+        if not etcd.healthy(self.etcd_url):
+            raise StrataError(f"kube-apiserver needs etcd, which does not answer at {self.etcd_url}")
+        exe = build.ensure(build.KUBE_APISERVER, log)
+        self._ensure_pki(log)
+        started = time.monotonic()
+        state = process.start(
+            [str(exe), *self._flags()],
+            self.log_path,
+            self.state_path,
+            marker=str(self.pki / "apiserver.crt"),
+            port=self.port,
+            cwd=self.home,
+        )
+        process.wait_until(self.ready, "kube-apiserver", timeout_s, state, self.log_path)
+        self._write_kubeconfig()
+        took = time.monotonic() - started
+        return f"kube-apiserver {version} started in {took:.1f} s (pid {state.pid}) at {self.url}"
+
+    def down(self) -> bool:
+        return process.stop(self.state_path)
+
+    def _flags(self) -> list[str]:
+        pki = self.pki
+        return [
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",  # no default route needed to pick one
+            f"--secure-port={self.port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--service-account-issuer={self.url}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--authorization-mode=RBAC",
+            f"--disable-admission-plugins={','.join(DISABLED_ADMISSION)}",
+            "--allow-privileged=true",
+            # the `kubernetes` Service's endpoints would be 127.0.0.1, which Endpoints reject (loopback):
+            # without this the server logs that failure every few seconds; nothing here needs them
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ]
+
+    def _ensure_pki(self, log: Log) -> None:
+        """A CA, the serving certificate, the admin's client certificate and the service-account key, once."""
+        names = ("ca.crt", "apiserver.crt", "admin.crt", "sa.key", "sa.pub")
+        if all((self.pki / name).exists() for name in names):
+            return
+        log(f"making a local CA and certificates for kube-apiserver in {self.pki}")
+        shutil.rmtree(self.pki, ignore_errors=True)
+        self.pki.mkdir(parents=True)
+        self.pki.chmod(0o700)
+        pki = self.pki
+        _openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+            "-days", str(CERT_DAYS), "-subj", "/CN=strata-local-ca",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+            cwd=pki,
+        )  # fmt: skip
+        sans = ",".join(
+            [
+                "IP:127.0.0.1",
+                f"IP:{SERVICE_IP}",
+                "DNS:localhost",
+                "DNS:kubernetes",
+                "DNS:kubernetes.default",
+                "DNS:kubernetes.default.svc",
+                "DNS:kubernetes.default.svc.cluster.local",
+            ]
+        )
+        self._sign("apiserver", "/CN=kube-apiserver", "serverAuth", f"subjectAltName={sans}\n")
+        # the group system:masters is bound to cluster-admin by RBAC's bootstrap policy
+        self._sign("admin", f"/O=system:masters/CN={ADMIN}", "clientAuth")
+        _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key", cwd=pki)
+        _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+        for key in pki.glob("*.key"):
+            key.chmod(0o600)
+
+    def _sign(self, name: str, subject: str, usage: str, more: str = "") -> None:
+        """``<name>.key`` and ``<name>.crt``, signed by the local CA."""
+        ext = self.pki / f"{name}.ext"
+        ext.write_text(
+            "basicConstraints=CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            f"extendedKeyUsage={usage}\n{more}"
+        )
+        _openssl(
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject,
+            cwd=self.pki,
+        )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-days", str(CERT_DAYS), "-extfile", ext.name, "-out", f"{name}.crt",
+            cwd=self.pki,
+        )  # fmt: skip
+        for leftover in (ext, self.pki / f"{name}.csr"):
+            leftover.unlink()
+
+    def _write_kubeconfig(self) -> None:
+        def b64(name: str) -> str:
+            return base64.b64encode((self.pki / name).read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": CLUSTER, "cluster": {"server": self.url, "certificate-authority-data": b64("ca.crt")}}
+            ],
+            "users": [
+                {
+                    "name": ADMIN,
+                    "user": {"client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")},
+                }
+            ],
+            "contexts": [{"name": CLUSTER, "context": {"cluster": CLUSTER, "user": ADMIN}}],
+            "current-context": CLUSTER,
+        }
+        text = yaml.safe_dump(config, sort_keys=False)
+        if not self.kubeconfig.exists() or self.kubeconfig.read_text() != text:
+            tmp = self.kubeconfig.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o600)  # it holds the admin's key
+            tmp.rename(self.kubeconfig)
+
+
+def crd_manifests() -> list[dict]:
+    """Strata's CustomResourceDefinitions, as shipped in ``strata/devstack/crds``."""
+    docs = []
+    for path in sorted(CRDS.iterdir(), key=lambda p: p.name):
+        if path.name.endswith((".yaml", ".yml", ".json")):
+            docs.append(yaml.safe_load(path.read_text()))
+    return docs
+
+
+def apply_crds(kubeconfig: Path, timeout_s: float = 60.0) -> list[str]:
+    """Create (or update) Strata's CRDs with the Kubernetes Python client; wait until each is Established."""
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    api_client = config.new_client_from_config(config_file=str(kubeconfig))
+    # the raw JSON: the client's models reject some valid CRD statuses, and nothing here needs them
+    raw = {"_preload_content": False}
+    try:
+        ext = client.ApiextensionsV1Api(api_client)
+        names = []
+        for body in crd_manifests():
+            name = body["metadata"]["name"]
+            try:
+                ext.create_custom_resource_definition(body, **raw)
+            except ApiException as e:
+                if e.status != 409:
+                    raise StrataError(f"creating the CRD {name} failed: {e.status} {e.reason}") from None
+                current = json.loads(ext.read_custom_resource_definition(name, **raw).data)
+                body = {
+                    **body,
+                    "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
+                }
+                ext.replace_custom_resource_definition(name, body, **raw)
+            names.append(name)
+        deadline = time.monotonic() + timeout_s
+        for name in names:
+            while not _established(json.loads(ext.read_custom_resource_definition(name, **raw).data)):
+                if time.monotonic() > deadline:
+                    raise StrataError(f"the CRD {name} is not Established after {timeout_s:g} s")
+                time.sleep(0.1)
+        return names
+    finally:
+        api_client.close()
+
+
+def _established(crd: dict) -> bool:
+    conditions = crd.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
