@@ -87,3 +87,14 @@ def postgres_database(postgres_url: str) -> Iterator[str]:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> str:
+    """The admin kubeconfig of the cluster KUBECONFIG names, else of the local control plane (etcd and
+    kube-apiserver with Strata's CRDs, started by the Stack; built first when the cache lacks them)."""
+    if os.environ.get("KUBECONFIG"):
+        return os.environ["KUBECONFIG"]
+    from strata.devstack import Stack
+
+    return Stack(Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata")).up_kube()["KUBECONFIG"]
