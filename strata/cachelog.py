@@ -9,6 +9,7 @@ say where it came from and why, and still yields its place in the order as a ``B
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,10 @@ from strata.metrics import BAD_MESSAGES, PUBLISHED
 from strata.topics import MAX_MESSAGE_BYTES, TopicNames
 
 Headers = list[tuple[str, bytes]]
+_NOT_YET = frozenset(  # answers about a topic that a broker does not fully know yet
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
+_TRANSIENT = frozenset({KafkaError._PARTITION_EOF, KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 
 class DeliveryError(StrataError):
@@ -142,10 +147,21 @@ class CacheLogReader:
     def end_offset(self, timeout_s: float = 10.0) -> int:
         consumer = self._consumer()
         try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s)
-            return high
+            return self._high_watermark(consumer, timeout_s)
         finally:
             consumer.close()
+
+    def _high_watermark(self, consumer: Consumer, timeout_s: float) -> int:
+        # Right after a topic is created a broker may still answer "not leader": ask again.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s)[1]
+            except KafkaException as exc:
+                err = exc.args[0]
+                if not (err.retriable() or err.code() in _NOT_YET) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def cluster_id(self, timeout_s: float = 10.0) -> str:
         metadata = AdminClient(self.settings.client_config()).list_topics(timeout=timeout_s)
@@ -157,9 +173,8 @@ class CacheLogReader:
         """Entries with offsets in [start, end); ``end`` defaults to the log's end now."""
         consumer = self._consumer()
         try:
-            tp = TopicPartition(self.topic, 0)
             if end is None:
-                _, end = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+                end = self._high_watermark(consumer, timeout_s)
             if start >= end:
                 return
             consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
@@ -199,7 +214,10 @@ class CacheLogReader:
         for msg in batch:
             err = msg.error()
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
+                # The end of the partition is news, not an error; right after a topic is created
+                # the partition can be "unknown" for a moment. A real outage still ends the read
+                # through its timeout.
+                if err.code() in _TRANSIENT or err.retriable():
                     continue
                 raise StrataError(f"reading {self.topic}: {err.str()}")
             offset = msg.offset()

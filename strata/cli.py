@@ -214,10 +214,15 @@ def topics_list(settings: Settings) -> None:
 )
 @click.option("--kubeconfig", metavar="FILE", help="cluster to watch  [env: KUBECONFIG]")
 @kafka_options
-def ingest(settings: Settings, trace: Path | None) -> None:
-    """Publish cluster changes into the cache log."""
+@click.option("--kinds", metavar="KIND,...", help="watch only these kinds (default: all seven)")
+def ingest(settings: Settings, trace: Path | None, kinds: str | None) -> None:
+    """Publish cluster changes into the cache log: watch a cluster, or publish a recorded trace.
+
+    Watching runs one LIST+WATCH adapter per kind until SIGTERM or Ctrl-C.
+    """
     if trace is None:
-        raise StrataError("watching a cluster is not available yet; publish a recorded trace with --from TRACE")
+        _watch_cluster(settings, kinds.split(",") if kinds else None)
+        return
     from ingest.from_trace import publish_trace
 
     report = publish_trace(settings, trace)
@@ -228,6 +233,27 @@ def ingest(settings: Settings, trace: Path | None) -> None:
         f"last offset {report.last_offset}",
         err=True,
     )
+
+
+def _watch_cluster(settings: Settings, kinds: list[str] | None) -> None:
+    import signal
+
+    from ingest.watch import Ingest
+
+    ingest_ = Ingest(settings, kinds)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: ingest_.stop.set())
+    ingest_.start()
+    announced = False
+    while not ingest_.stop.wait(1.0):
+        if not announced and ingest_.synced():
+            click.echo(f"synced: {', '.join(a.resource.kind for a in ingest_.adapters)}", err=True)
+            announced = True
+    ingest_.close()
+    if ingest_.errors:
+        raise ingest_.errors[0]
+    published = sum(a.stats.published for a in ingest_.adapters)
+    click.echo(f"stopped; published {published} watch events", err=True)
 
 
 # ---------------------------------------------------------------------------------------- log

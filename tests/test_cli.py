@@ -29,7 +29,8 @@ def test_help_and_version():
     ("args", "message"),
     [
         (["ingest", "--from", "/nonexistent/trace.jsonl"], "cannot read trace /nonexistent/trace.jsonl"),
-        (["ingest"], "watching a cluster is not available yet"),
+        (["ingest", "--kubeconfig", "/nonexistent/kubeconfig"], "cannot load kubeconfig /nonexistent/kubeconfig"),
+        (["ingest", "--kinds", "Pod,Deployment"], "unknown kind 'Deployment'"),
         (["replay", "x.jsonl", "--digest"], "cannot read trace x.jsonl"),
         (["topics", "list", "--topic-prefix", "no spaces"], "topic prefix 'no spaces'"),
         (["topics", "list", "-X", "oops"], "-X takes key=value"),

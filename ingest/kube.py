@@ -1,0 +1,139 @@
+"""The Kubernetes API as the watch adapters need it: raw JSON LIST pages and WATCH lines.
+
+The official client does the kubeconfig, TLS and credentials; the generated model layer is
+skipped (it is slow, and its types would round floats and reject fields it does not know), so
+objects arrive as JSON with their numbers kept to the letter (``schemas.objectjson``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config
+
+from schemas import objectjson
+from strata.errors import StrataError
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A kind the cache reads, and where the API serves it."""
+
+    kind: str
+    api_version: str
+    path: str  # the collection across all namespaces
+
+    @property
+    def namespaced(self) -> bool:
+        return self.kind in ("Pod", "PodGroup")
+
+
+RESOURCES: dict[str, Resource] = {
+    r.kind: r
+    for r in (
+        Resource("Pod", "v1", "/api/v1/pods"),
+        Resource("Node", "v1", "/api/v1/nodes"),
+        Resource("PodGroup", "scheduling.volcano.sh/v1beta1", "/apis/scheduling.volcano.sh/v1beta1/podgroups"),
+        Resource("Queue", "scheduling.volcano.sh/v1beta1", "/apis/scheduling.volcano.sh/v1beta1/queues"),
+        Resource("PriorityClass", "scheduling.k8s.io/v1", "/apis/scheduling.k8s.io/v1/priorityclasses"),
+        Resource("CSINode", "storage.k8s.io/v1", "/apis/storage.k8s.io/v1/csinodes"),
+        Resource("HyperNode", "topology.volcano.sh/v1alpha1", "/apis/topology.volcano.sh/v1alpha1/hypernodes"),
+    )
+}
+
+
+class ApiError(StrataError):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"Kubernetes API {status}: {message}")
+        self.status = status
+
+
+class Gone(ApiError):
+    """410: the resourceVersion is older than the server's watch history; relist."""
+
+
+class KubeApi:
+    def __init__(self, kubeconfig: str | None = None) -> None:
+        configuration = client.Configuration()
+        try:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except Exception as exc:  # the loader raises several types for a missing or bad file
+            raise StrataError(f"cannot load kubeconfig {kubeconfig or '(default)'}: {exc}") from exc
+        self.client = client.ApiClient(configuration)
+
+    def request(self, method: str, path: str, body: Any = None, timeout: float = 30.0, **query: Any) -> Any:
+        """One API call with a JSON body; the parsed JSON answer (for tests and operators' tools)."""
+        content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        response = self._request(path, query, timeout, method=method, body=body, content_type=content_type)
+        data = response.read()
+        return objectjson.loads(data) if data else None
+
+    def _request(
+        self,
+        path: str,
+        query: dict[str, Any],
+        timeout: float | tuple[float, float],
+        method: str = "GET",
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        method, url, headers, body, _ = self.client.param_serialize(
+            method,
+            path,
+            query_params=[(k, v) for k, v in query.items() if v is not None],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.client.call_api(method, url, headers, body, _request_timeout=timeout)
+        except client.ApiException as exc:
+            raise _error(exc.status or 0, exc.body) from exc
+        if response.status >= 400:
+            raise _error(response.status, response.read())
+        return response
+
+    def list_page(self, resource: Resource, limit: int, token: str | None, timeout: float = 60.0) -> dict[str, Any]:
+        response = self._request(resource.path, {"limit": limit, "continue": token}, timeout)
+        return objectjson.loads(response.read())
+
+    def watch(self, resource: Resource, resource_version: str, timeout_s: int, read_timeout: float) -> Iterator[Any]:
+        """Watch events (parsed) from ``resource_version``; ends when the server closes the stream."""
+        query = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_s,
+        }
+        response = self._request(resource.path, query, (10.0, read_timeout))
+        raw = response.response  # the urllib3 response, not yet read
+        try:
+            for line in _lines(raw):
+                if line.strip():
+                    yield objectjson.loads(line)
+        finally:
+            raw.release_conn()
+
+
+def _lines(raw: Any) -> Iterator[bytes]:
+    pending = b""
+    for chunk in raw.stream(65536, decode_content=True):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from lines
+    if pending:
+        yield pending
+
+
+def _error(status: int, body: Any) -> ApiError:
+    message = body.decode(errors="replace") if isinstance(body, bytes) else str(body)
+    with contextlib.suppress(ValueError, AttributeError):  # a Status object says it best; else the raw text
+        message = json.loads(message).get("message", message)
+    return (Gone if status == 410 else ApiError)(status, " ".join(str(message).split())[:300])
