@@ -536,5 +536,27 @@ def snapshot(settings: Settings, fold: Any, at_offset: int | None, output: str, 
     _print_snapshot(runner.state_at(end).snapshot(), output, digest)
 
 
+# ------------------------------------------------------------------------------------- verify
+@main.command()
+@click.option("--against-cluster", is_flag=True, required=True, help="compare with a fresh LIST of the cluster")
+@click.option("--kubeconfig", metavar="FILE", help="the cluster  [env: KUBECONFIG]")
+@db_option
+@kafka_options
+@fold_options
+def verify(settings: Settings, fold: Any, against_cluster: bool) -> None:
+    """Print every difference between the log's snapshot and the cluster; exit 1 when they differ."""
+    from ingest.kube import KubeApi
+    from strata.verify import cluster_snapshot, differences
+
+    runner = _runner(settings, fold)
+    log = runner.state_at(runner.reader.end_offset()).snapshot()
+    found = differences(log.to_json(), cluster_snapshot(KubeApi(settings.kubeconfig), fold))
+    for line in found:
+        click.echo(line)
+    click.echo(f"{len(found)} difference(s) between the log at version {log.version} and the cluster", err=True)
+    if found:
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     main()
