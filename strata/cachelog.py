@@ -200,7 +200,9 @@ class CacheLogReader:
         try:
             consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
             while not stop.is_set():
-                batch = consumer.consume(num_messages=1000, timeout=tick_s)
+                # consume() waits out its whole timeout unless the batch fills: take what is
+                # there at once, and block (up to a tick) only for the first of the next ones.
+                batch = consumer.consume(num_messages=1000, timeout=0) or consumer.consume(1, timeout=tick_s)
                 entries = list(self._entries(batch))
                 if not entries:
                     yield None
