@@ -23,7 +23,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.kube import RESOURCES, Gone, KubeApi, Resource
+from urllib3.exceptions import HTTPError
+
+from ingest.kube import RESOURCES, ApiError, Gone, KubeApi, Resource
 from ingest.redaction import redact
 from schemas import Synced, WatchEvent, objectjson
 from strata.cachelog import CacheLogReader, CacheLogWriter
@@ -86,11 +88,17 @@ class KindAdapter:
 
     def run(self) -> None:
         while not self.stop.is_set():
-            resource_version = self.relist()
             try:
-                self.watch(resource_version)
+                self.watch(self.relist())
             except Gone:
                 self.stats.gone += 1  # the watch history moved past us: list again
+            except (ApiError, OSError, HTTPError) as exc:
+                # An API server restarting or overloaded: wait and list again. A refusal
+                # (401, 403, 404) or anything else is for a person to fix: stop loudly.
+                if isinstance(exc, ApiError) and exc.status < 500 and exc.status != 429:
+                    raise
+                self.stats.reconnects += 1
+                self.stop.wait(1.0)
 
     # ------------------------------------------------------------------------------------ list
     def relist(self) -> str:

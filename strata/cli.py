@@ -132,9 +132,10 @@ def dev_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @dev.command("up")
 @dev_options
 @click.option(
-    "--kube",
-    is_flag=True,
-    help="also etcd and kube-apiserver with Strata's CRDs (built on first use); exports KUBECONFIG",
+    "--kube/--no-kube",
+    default=True,
+    show_default=True,
+    help="etcd and kube-apiserver with Strata's CRDs too (built from Go modules on first use); exports KUBECONFIG",
 )
 def dev_up(data_dir: str | None, kafka_port: int, kube: bool) -> None:
     """Start the stack (or reuse it) and print shell exports: eval "$(strata dev up)"."""

@@ -113,6 +113,31 @@ def test_the_log_follows_the_cluster(cluster: tuple[Settings, KubeApi, str]):
     )
     api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, "a", "pg"))
     api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, "other", None, scheduler="default-scheduler"))
+    api.request(
+        "POST",
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": ns}, "value": 7},
+    )
+    api.request(
+        "POST",
+        "/apis/storage.k8s.io/v1/csinodes",
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "CSINode",
+            "metadata": {"name": nodes[0]},
+            "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 25}}]},
+        },
+    )
+    api.request(
+        "POST",
+        "/apis/topology.volcano.sh/v1alpha1/hypernodes",
+        {
+            "apiVersion": "topology.volcano.sh/v1alpha1",
+            "kind": "HyperNode",
+            "metadata": {"name": ns},
+            "spec": {"tier": 1, "members": [{"type": "Node", "selector": {"regexMatch": {"pattern": ns}}}]},
+        },
+    )
 
     ingest = watch.Ingest(settings)
     ingest.start()
@@ -137,11 +162,23 @@ def test_the_log_follows_the_cluster(cluster: tuple[Settings, KubeApi, str]):
         }
         api.request("POST", f"/api/v1/namespaces/{ns}/pods/a/binding", binding)
         api.request("DELETE", f"/api/v1/nodes/{nodes[1]}")
+        # the RuntimeClass admission plugin copies the class's overhead into the pod
+        runtime_class = {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": ns},
+            "handler": "runc",
+            "overhead": {"podFixed": {"cpu": "250m"}},
+        }
+        api.request("POST", "/apis/node.k8s.io/v1/runtimeclasses", runtime_class)
+        api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, "heavy", "pg", runtimeClassName=ns))
+        api.request("PATCH", f"/apis/scheduling.volcano.sh/v1beta1/queues/{ns}", {"spec": {"weight": 5}})
 
         def settled() -> dict[str, Any]:
             snap = _fold(settings)
             job = snap["jobs"].get(f"{ns}/pg")
-            assert job is not None and set(t["name"] for t in job["tasks"].values()) == {"a", "b"}
+            assert job is not None and set(t["name"] for t in job["tasks"].values()) == {"a", "b", "heavy"}
+            assert snap["queues"][ns]["weight"] == 5
             assert nodes[1] not in snap["nodes"] and nodes[0] in snap["nodes"]
             assert snap["nodes"][nodes[0]]["used"] == {"cpu": 500, "memory": 2**30, "pods": 1}
             return snap
@@ -154,8 +191,19 @@ def test_the_log_follows_the_cluster(cluster: tuple[Settings, KubeApi, str]):
     tasks = {t["name"]: t for t in job["tasks"].values()}
     assert tasks["a"]["status"] == "Bound" and tasks["a"]["node"] == nodes[0]
     assert tasks["b"]["resreq"] == {"cpu": 2000, "memory": 2**30, "pods": 1}  # the init container's cpu wins
-    assert snap["queues"][ns]["weight"] == 2
-    assert snap["nodes"][nodes[0]]["allocatable"] == {"cpu": 8000, "memory": 32 * 2**30, "pods": 110}
+    assert tasks["heavy"]["resreq"] == {"cpu": 750, "memory": 2**30, "pods": 1}  # overhead added
+    assert snap["nodes"][nodes[0]]["allocatable"] == {
+        "cpu": 8000,
+        "memory": 32 * 2**30,
+        "pods": 110,
+        "attachable-volumes-csi-ebs.csi.aws.com": 25,
+    }
+    assert snap["csiNodes"][nodes[0]] == {"ebs.csi.aws.com": True}
+    assert snap["hyperNodes"][ns]["nodes"] == [nodes[0]]
+    # and the log agrees with a fresh LIST of the whole cluster, kind for kind
+    from strata.verify import cluster_snapshot, differences
+
+    assert differences(snap, cluster_snapshot(api, CacheState().config)) == []
     records = [e.record for e in CacheLogReader(settings).read()]
     assert {r.kind for r in records if isinstance(r, Synced)} == set(watch.RESOURCES)
     for r in records:
@@ -257,26 +305,69 @@ def test_verify_against_the_cluster(cluster: tuple[Settings, KubeApi, str], tmp_
 
 
 def test_a_watch_gap_is_bridged_by_a_relist(cluster: tuple[Settings, KubeApi, str]):
-    """410 Gone (here: a watch from a version long compacted away) makes the adapter list again,
-    and the relist publishes exactly what changed in between, deletions included."""
+    """410 Gone (here: resuming a watch from before an API server restart, older than its new
+    watch cache) makes the adapter list again, and the relist publishes exactly what changed in
+    between, deletions included."""
     import threading
+    from pathlib import Path
 
     from ingest.kube import RESOURCES, Gone
     from strata.cachelog import CacheLogWriter
+    from strata.devstack import Stack
 
     settings, api, ns = cluster
     api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, "stays", "pg"))
     api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, "goes", "pg"))
-    adapter = watch.KindAdapter(RESOURCES["Pod"], api, CacheLogWriter(settings), {}, threading.Event())
-    adapter.relist()
+    stop = threading.Event()
+    adapter = watch.KindAdapter(RESOURCES["Pod"], api, CacheLogWriter(settings), {}, stop)
+    listed_at = adapter.relist()
     before = CacheLogReader(settings).end_offset()
     api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/goes")
     api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, "new", "pg"))
-    with pytest.raises(Gone):
-        adapter.watch("1")
+    stack = Stack(Path(settings.kubeconfig or "").parent.parent)
+    stack.apiserver.down()
+    stack.up_kube()
+    guard = threading.Timer(30, stop.set)  # a server that does answer 410 must not hang the test
+    guard.start()
+    try:
+        with pytest.raises(Gone):
+            adapter.watch(listed_at)
+    finally:
+        guard.cancel()
     adapter.relist()
     adapter.writer.flush()
     after = [e.record for e in CacheLogReader(settings).read(start=before)]
     events = sorted((r.op, r.name) for r in after if isinstance(r, WatchEvent) and r.namespace == ns)
     assert events == [("ADDED", "new"), ("DELETED", "goes")]
     assert any(isinstance(r, Synced) for r in after)
+
+
+def test_an_apiserver_restart_is_survived(cluster: tuple[Settings, KubeApi, str]):
+    from pathlib import Path
+
+    from strata.devstack import Stack
+
+    settings, api, ns = cluster
+    stack = Stack(Path(settings.kubeconfig or "").parent.parent)  # <data dir>/kube/kubeconfig
+    api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, "before", "pg"))
+    ingest = watch.Ingest(settings, kinds=["Pod"])
+    ingest.start()
+    try:
+        _eventually(lambda: _assert(ingest.synced(), ingest.errors))
+        stack.apiserver.down()
+        stack.up_kube()
+        api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, "after", "pg"))
+        api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/before")
+
+        def caught_up() -> None:
+            pods = {
+                e.record.name: e.record.op
+                for e in CacheLogReader(settings).read()
+                if isinstance(e.record, WatchEvent) and e.record.namespace == ns
+            }
+            assert pods == {"before": "DELETED", "after": "ADDED"}, (pods, ingest.errors)
+
+        _eventually(caught_up, timeout_s=60)
+    finally:
+        ingest.close()
+    assert not ingest.errors
