@@ -6,7 +6,6 @@ subresource and stay Pending."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -228,9 +227,10 @@ def test_a_watch_from_a_list_sees_added_then_modified(core: client.CoreV1Api, na
 
 
 def test_dev_up_kube_is_idempotent_and_status_tells(kubeconfig: str):
-    if os.environ.get("KUBECONFIG"):
-        pytest.skip("KUBECONFIG names the cluster; the local control plane is not the one under test")
-    env = {"STRATA_DATA_DIR": str(Path(kubeconfig).parent.parent)}  # <data dir>/kube/kubeconfig
+    data_dir = Path(kubeconfig).parent.parent  # <data dir>/kube/kubeconfig
+    if not (data_dir / "kube" / "server.json").exists():
+        pytest.skip("KUBECONFIG names another cluster; the local control plane is not the one under test")
+    env = {"STRATA_DATA_DIR": str(data_dir)}
     statuses = []
     for _ in range(2):
         up = run("dev", "up", "--kube", env=env, timeout=180)
