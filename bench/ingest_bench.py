@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -125,8 +126,6 @@ def main() -> None:
     stop.set()
     ingest.close()
     latencies = sorted((applied[rv] - t) * 1000 for rv, t in written.items() if rv in applied)
-    api.request("DELETE", f"/api/v1/namespaces/{ns}/pods", None, timeout=300.0)  # deletecollection
-    api.request("DELETE", "/api/v1/nodes", None, timeout=300.0, labelSelector="strata-bench=true")
     print(
         json.dumps(
             {
@@ -145,6 +144,15 @@ def main() -> None:
             indent=2,
         )
     )
+    # Figures first: deleting tens of thousands of objects can outlast the API server's 60 s limit.
+    for path, query in (
+        (f"/api/v1/namespaces/{ns}/pods", {}),
+        ("/api/v1/nodes", {"labelSelector": "strata-bench=true"}),
+    ):
+        try:
+            api.request("DELETE", path, None, timeout=300.0, **query)
+        except Exception as exc:  # a benchmark's cleanup must not hide its figures
+            print(f"cleanup of {path} failed: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":
