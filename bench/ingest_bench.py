@@ -102,19 +102,25 @@ def main() -> None:
     stop = threading.Event()
     reader = CacheLogReader(settings)
 
+    folded = [0]
+
     def follow() -> None:
         state = CacheState()
         for entry in reader.follow(0, stop, tick_s=0.05):
             if entry is None:
                 continue
             state.apply(entry.record)
+            folded[0] = entry.offset + 1
             r = entry.record
             if isinstance(r, WatchEvent) and r.namespace == ns and r.name == "p0" and r.resource_version:
                 applied[r.resource_version] = time.perf_counter()
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
-    time.sleep(1.0)
+    # measure the steady state: let the follower fold the initial list first
+    end = reader.end_offset()
+    while folded[0] < end:
+        time.sleep(0.05)
     written: dict[str, float] = {}
     for i in range(args.updates):
         obj = api.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p0", {"metadata": {"labels": {"n": str(i)}}})
