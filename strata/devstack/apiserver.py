@@ -54,14 +54,10 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 @dataclass(frozen=True)
-class KubeAPIServer:
-    data_dir: Path
+class KubeAPIServer(process.LocalServer):
+    HOME = "kube"
     port: int = 16443
     etcd_url: str = "http://127.0.0.1:12379"
-
-    @property
-    def home(self) -> Path:
-        return self.data_dir.resolve() / "kube"
 
     @property
     def pki(self) -> Path:
@@ -74,18 +70,6 @@ class KubeAPIServer:
     @property
     def kubeconfig(self) -> Path:
         return self.home / "kubeconfig"
-
-    @property
-    def state_path(self) -> Path:
-        return self.home / "server.json"
-
-    @property
-    def log_path(self) -> Path:
-        return self.home / "server.log"
-
-    def running(self) -> process.ProcessState | None:
-        state = process.read_state(self.state_path)
-        return state if process.alive(state) else None
 
     def _get(self, path: str) -> tuple[int, bytes]:
         ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))

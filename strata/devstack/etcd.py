@@ -30,8 +30,8 @@ def healthy(url: str) -> bool:
 
 
 @dataclass(frozen=True)
-class EtcdServer:
-    data_dir: Path
+class EtcdServer(process.LocalServer):
+    HOME = "etcd"
     port: int = 12379  # clients; the peer port is the next one
 
     @property
@@ -39,28 +39,12 @@ class EtcdServer:
         return self.port + 1
 
     @property
-    def home(self) -> Path:
-        return self.data_dir.resolve() / "etcd"
-
-    @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     @property
-    def state_path(self) -> Path:
-        return self.home / "server.json"
-
-    @property
-    def log_path(self) -> Path:
-        return self.home / "server.log"
-
-    @property
     def member_dir(self) -> Path:
         return self.home / "data"
-
-    def running(self) -> process.ProcessState | None:
-        state = process.read_state(self.state_path)
-        return state if process.alive(state) else None
 
     def ready(self) -> bool:
         return process.port_open(self.port) and healthy(self.url)

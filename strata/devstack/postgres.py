@@ -62,25 +62,13 @@ def _as_server_user(argv: list[str], *, execs: bool = False) -> list[str]:
 
 
 @dataclass(frozen=True)
-class PostgresServer:
-    data_dir: Path
+class PostgresServer(process.LocalServer):
+    HOME = "postgres"
     port: int = 15432
-
-    @property
-    def home(self) -> Path:
-        return self.data_dir.resolve() / "postgres"
 
     @property
     def pgdata(self) -> Path:
         return self.home / "data"
-
-    @property
-    def state_path(self) -> Path:
-        return self.home / "server.json"
-
-    @property
-    def log_path(self) -> Path:
-        return self.home / "server.log"
 
     @property
     def url(self) -> str:
@@ -88,10 +76,6 @@ class PostgresServer:
 
     def installed(self) -> bool:
         return bindir() is not None
-
-    def running(self) -> process.ProcessState | None:
-        state = process.read_state(self.state_path)
-        return state if process.alive(state) else None
 
     def _connect(self, user: str = SUPERUSER, dbname: str = "postgres") -> psycopg.Connection:
         return psycopg.connect(

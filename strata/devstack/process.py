@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from strata.errors import StrataError
 
@@ -92,3 +93,28 @@ def wait_until(ready: Callable[[], bool], what: str, timeout_s: float, state: Pr
             raise StrataError(f"{what} exited during start-up; see {log_path}")
         time.sleep(0.2)
     raise StrataError(f"{what} not ready after {timeout_s:g} s; see {log_path}")
+
+
+@dataclass(frozen=True)
+class LocalServer:
+    """A server of the local stack that keeps its files under ``<data dir>/<HOME>``."""
+
+    HOME: ClassVar[str]
+    data_dir: Path
+    port: int
+
+    @property
+    def home(self) -> Path:
+        return self.data_dir.resolve() / self.HOME
+
+    @property
+    def state_path(self) -> Path:
+        return self.home / "server.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "server.log"
+
+    def running(self) -> ProcessState | None:
+        state = read_state(self.state_path)
+        return state if alive(state) else None
