@@ -155,6 +155,12 @@ class PostgresServer(process.LocalServer):
             except KeyError:
                 raise StrataError(f"running as root, PostgreSQL needs the system user {SYSTEM_USER!r}") from None
             os.chown(self.pgdata, user.pw_uid, user.pw_gid)
+            # The server user must be able to walk down to its data directory, even from a
+            # checkout under a 0700 directory (mktemp -d): let others search (x), not read.
+            for parent in self.pgdata.parents:
+                mode = parent.stat().st_mode
+                if not mode & 0o001:
+                    parent.chmod(mode | 0o001)
         self.pgdata.chmod(0o700)
         result = subprocess.run(
             _as_server_user(
