@@ -40,6 +40,7 @@ class Bind:
     pod: str
     node: str
     replica: str | None = None
+    extensions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)

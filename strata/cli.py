@@ -7,7 +7,6 @@ STRATA_DEBUG=1 to see the traceback instead.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -20,77 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import KafkaException
 
 from strata import __version__
-from strata.config import DEFAULT_TOPIC_PREFIX, Settings, settings_from
+from strata.cliopts import StrataGroup, fold_options, kafka_options, log_runner, output_option
+from strata.config import Settings, settings_from
 from strata.errors import StrataError
-
-EXIT_ERROR = 1
-
-
-class StrataGroup(click.Group):
-    """Turns every failure into one line and an exit code, never a traceback."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
-            raise
-        except Exception as exc:
-            if os.environ.get("STRATA_DEBUG"):
-                raise
-            click.echo(f"strata: error: {one_line(exc)}", err=True)
-            ctx.exit(EXIT_ERROR)
-
-
-def one_line(exc: BaseException) -> str:
-    if isinstance(exc, KafkaException):
-        text = f"Kafka: {exc.args[0].str() if exc.args else exc}"
-    elif isinstance(exc, (StrataError, OSError)):
-        text = str(exc)
-    else:
-        text = f"{type(exc).__name__}: {exc}"
-    return " ".join(text.split()) or type(exc).__name__
-
-
-def kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The connection options of every command that talks to Kafka; builds ``settings``."""
-
-    @click.option("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers  [env: STRATA_KAFKA_BOOTSTRAP]")
-    @click.option(
-        "--topic-prefix",
-        metavar="PREFIX",
-        help=f"prefix of every topic name  [env: STRATA_TOPIC_PREFIX; default: {DEFAULT_TOPIC_PREFIX}]",
-    )
-    @click.option("--data-dir", metavar="DIR", help="local state directory  [env: STRATA_DATA_DIR; default: .strata]")
-    @click.option(
-        "-X",
-        "kafka_properties",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="librdkafka property for every client (SASL/TLS...); overrides "
-        "STRATA_KAFKA_SECURITY_PROTOCOL, STRATA_KAFKA_SASL_*, STRATA_KAFKA_SSL_*",
-    )
-    @functools.wraps(command)
-    def wrapper(
-        bootstrap: str | None,
-        topic_prefix: str | None,
-        data_dir: str | None,
-        kafka_properties: tuple[str, ...],
-        **kwargs: Any,
-    ) -> Any:
-        settings = settings_from(
-            bootstrap=bootstrap,
-            topic_prefix=topic_prefix,
-            data_dir=data_dir,
-            kafka_properties=kafka_properties,
-            db_url=kwargs.pop("db_url", None),
-            kubeconfig=kwargs.pop("kubeconfig", None),
-        )
-        return command(settings=settings, **kwargs)
-
-    return wrapper
 
 
 @click.group(cls=StrataGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -322,36 +255,6 @@ def demo(settings: Settings, trace: Path | None) -> None:
 
 
 # ------------------------------------------------------------------------------------- replay
-def fold_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """What the fold's result depends on besides the records (a checkpoint records them too)."""
-
-    @click.option(
-        "--scheduler-name",
-        "scheduler_names",
-        multiple=True,
-        metavar="NAME",
-        help="a scheduler whose pods the cache accepts (repeatable; default: volcano)",
-    )
-    @click.option(
-        "--default-queue",
-        default="default",
-        show_default=True,
-        metavar="NAME",
-        help="queue of a PodGroup that names none",
-    )
-    @functools.wraps(command)
-    def wrapper(scheduler_names: tuple[str, ...], default_queue: str, **kwargs: Any) -> Any:
-        from projector.state import FoldConfig
-
-        config = FoldConfig(scheduler_names=scheduler_names or ("volcano",), default_queue=default_queue)
-        return command(fold=config, **kwargs)
-
-    return wrapper
-
-
-output_option = click.option("--output", "-o", type=click.Choice(["json", "table"]), default="json", show_default=True)
-
-
 @main.command()
 @click.argument("trace", type=click.Path(path_type=Path))
 @click.option("--until", type=click.IntRange(min=0), metavar="N", help="fold only the first N records")
@@ -455,13 +358,6 @@ db_option = click.option(
 )
 
 
-def _runner(settings: Settings, fold: Any, quarantine: bool = False) -> Any:
-    from projector.runner import LogRunner
-    from projector.sqlstore import SqlCheckpointStore
-
-    return LogRunner(settings, SqlCheckpointStore(settings.checkpoint_url), fold, quarantine=quarantine)
-
-
 @main.command()
 @click.option(
     "--checkpoint-every",
@@ -491,7 +387,7 @@ def project(settings: Settings, fold: Any, checkpoint_every: int, checkpoint_sec
     import signal
     import threading
 
-    runner = _runner(settings, fold, quarantine=True)
+    runner = log_runner(settings, fold, quarantine=True)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -528,7 +424,7 @@ def project(settings: Settings, fold: Any, checkpoint_every: int, checkpoint_sec
 @fold_options
 def snapshot(settings: Settings, fold: Any, at_offset: int | None, output: str, digest: bool) -> None:
     """Print the snapshot of the cache log, from the newest checkpoint at or below the target."""
-    runner = _runner(settings, fold)
+    runner = log_runner(settings, fold)
     end = runner.reader.end_offset()
     if at_offset is not None:
         if at_offset >= end:
@@ -549,7 +445,7 @@ def verify(settings: Settings, fold: Any, against_cluster: bool) -> None:
     from ingest.kube import KubeApi
     from strata.verify import cluster_snapshot, differences
 
-    runner = _runner(settings, fold)
+    runner = log_runner(settings, fold)
     log = runner.state_at(runner.reader.end_offset()).snapshot()
     found = differences(log.to_json(), cluster_snapshot(KubeApi(settings.kubeconfig), fold))
     for line in found:
@@ -558,6 +454,13 @@ def verify(settings: Settings, fold: Any, against_cluster: bool) -> None:
     if found:
         sys.exit(1)
 
+
+# Command groups with modules of their own.
+from strata.cli_binder import bind, evict  # noqa: E402
+from strata.cli_scheduler import schedule  # noqa: E402
+
+for _command in (bind, evict, schedule):
+    main.add_command(_command)
 
 if __name__ == "__main__":
     main()

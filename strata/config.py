@@ -99,7 +99,22 @@ def settings_from(
         replication_factor=_positive_int(env, "STRATA_REPLICATION_FACTOR", 1),
         min_insync_replicas=_positive_int(env, "STRATA_MIN_INSYNC_REPLICAS", 1),
         command_partitions=_positive_int(env, "STRATA_COMMAND_PARTITIONS", 6),
+        retry_delays_s=_delays(env, "STRATA_RETRY_DELAYS", (1, 10, 60)),
     )
+
+
+def _delays(env: Mapping[str, str], name: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """Fixed retry delays in seconds, one retry topic each: "1,10,60"."""
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        delays = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        delays = ()
+    if not delays or any(d < 1 for d in delays) or len(set(delays)) != len(delays):
+        raise StrataError(f"{name} must list distinct positive seconds like 1,10,60, got {text!r}")
+    return delays
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:

@@ -1,0 +1,120 @@
+"""Plumbing shared by the command groups of `strata`: one-line errors, connection and fold options.
+
+Each command group lives in a module of its own and is attached to ``strata.cli.main``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import click
+from confluent_kafka import KafkaException
+
+from strata.config import DEFAULT_TOPIC_PREFIX, Settings, settings_from
+from strata.errors import StrataError
+
+EXIT_ERROR = 1
+
+
+class StrataGroup(click.Group):
+    """Turns every failure into one line and an exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:
+            if os.environ.get("STRATA_DEBUG"):
+                raise
+            click.echo(f"strata: error: {one_line(exc)}", err=True)
+            ctx.exit(EXIT_ERROR)
+
+
+def one_line(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException):
+        text = f"Kafka: {exc.args[0].str() if exc.args else exc}"
+    elif isinstance(exc, (StrataError, OSError)):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split()) or type(exc).__name__
+
+
+def kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The connection options of every command that talks to Kafka; builds ``settings``."""
+
+    @click.option("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers  [env: STRATA_KAFKA_BOOTSTRAP]")
+    @click.option(
+        "--topic-prefix",
+        metavar="PREFIX",
+        help=f"prefix of every topic name  [env: STRATA_TOPIC_PREFIX; default: {DEFAULT_TOPIC_PREFIX}]",
+    )
+    @click.option("--data-dir", metavar="DIR", help="local state directory  [env: STRATA_DATA_DIR; default: .strata]")
+    @click.option(
+        "-X",
+        "kafka_properties",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="librdkafka property for every client (SASL/TLS...); overrides "
+        "STRATA_KAFKA_SECURITY_PROTOCOL, STRATA_KAFKA_SASL_*, STRATA_KAFKA_SSL_*",
+    )
+    @functools.wraps(command)
+    def wrapper(
+        bootstrap: str | None,
+        topic_prefix: str | None,
+        data_dir: str | None,
+        kafka_properties: tuple[str, ...],
+        **kwargs: Any,
+    ) -> Any:
+        settings = settings_from(
+            bootstrap=bootstrap,
+            topic_prefix=topic_prefix,
+            data_dir=data_dir,
+            kafka_properties=kafka_properties,
+            db_url=kwargs.pop("db_url", None),
+            kubeconfig=kwargs.pop("kubeconfig", None),
+        )
+        return command(settings=settings, **kwargs)
+
+    return wrapper
+
+
+def fold_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """What the fold's result depends on besides the records (a checkpoint records them too)."""
+
+    @click.option(
+        "--scheduler-name",
+        "scheduler_names",
+        multiple=True,
+        metavar="NAME",
+        help="a scheduler whose pods the cache accepts (repeatable; default: volcano)",
+    )
+    @click.option(
+        "--default-queue",
+        default="default",
+        show_default=True,
+        metavar="NAME",
+        help="queue of a PodGroup that names none",
+    )
+    @functools.wraps(command)
+    def wrapper(scheduler_names: tuple[str, ...], default_queue: str, **kwargs: Any) -> Any:
+        from projector.state import FoldConfig
+
+        config = FoldConfig(scheduler_names=scheduler_names or ("volcano",), default_queue=default_queue)
+        return command(fold=config, **kwargs)
+
+    return wrapper
+
+
+output_option = click.option("--output", "-o", type=click.Choice(["json", "table"]), default="json", show_default=True)
+
+
+def log_runner(settings: Settings, fold: Any, quarantine: bool = False) -> Any:
+    from projector.runner import LogRunner
+    from projector.sqlstore import SqlCheckpointStore
+
+    return LogRunner(settings, SqlCheckpointStore(settings.checkpoint_url), fold, quarantine=quarantine)
