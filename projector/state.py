@@ -91,6 +91,7 @@ class CacheState:
         self.priority_classes: CowMap[str, kinds.PriorityClassView] = CowMap()
         self.default_priority = 0
         self.hypernodes: CowMap[str, kinds.HyperNodeView] = CowMap()
+        self.synced: set[str] = set()  # kinds a watch adapter has listed in full; not in the snapshot
 
     # ------------------------------------------------------------------------------ records
     def apply(self, record: LogRecord) -> Outcome:
@@ -110,7 +111,10 @@ class CacheState:
             return self.evict(record.pod)
         if isinstance(record, EvictFailed):
             return self.evict_failed(record.pod)
-        if isinstance(record, (Synced, BindSucceeded, EvictSucceeded)):
+        if isinstance(record, Synced):
+            self.synced.add(record.kind)
+            return self.informational()
+        if isinstance(record, (BindSucceeded, EvictSucceeded)):
             return self.informational()
         if isinstance(record, BadRecord):
             return self.apply_bad(record.error)

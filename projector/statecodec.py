@@ -52,6 +52,7 @@ def encode(state: CacheState) -> bytes:
         "hypernodes": [
             [k, list(v._replace(members=[list(m) for m in v.members]))] for k, v in sorted(state.hypernodes.items())
         ],
+        "synced": sorted(state.synced),
     }
     raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return zstandard.ZstdCompressor(level=3).compress(raw)
@@ -96,6 +97,7 @@ def decode(data: bytes) -> CacheState:
         hypernode = kinds.HyperNodeView(*v)
         members = tuple(kinds.Member(*m[:3], _requirements(m[3])) for m in hypernode.members)
         state.hypernodes[name] = hypernode._replace(members=members)
+    state.synced = set(doc.get("synced", ()))  # absent from checkpoints written before it was kept
     return state
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -58,11 +58,27 @@ class Publisher:
         self.delivered: Counter[str] = Counter()
         self.last_offset: dict[tuple[str, int], int] = {}
 
-    def publish(self, topic: str, value: bytes, key: bytes | None = None, headers: Headers | None = None) -> None:
+    def publish(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        on_offset: Callable[[int], None] | None = None,
+    ) -> None:
+        """Queue one message; ``on_offset`` hears its offset once the broker has it."""
         self._raise_on_failure()
+        report = self._on_delivery
+        if on_offset is not None:
+
+            def report(err: KafkaError | None, msg: Message) -> None:
+                self._on_delivery(err, msg)
+                if err is None:
+                    on_offset(msg.offset())
+
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=self._on_delivery)
+                self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
                 break
             except BufferError:  # local queue full: wait for deliveries, then go on
                 self._producer.poll(0.1)
@@ -100,8 +116,11 @@ class CacheLogWriter:
         self.topic = TopicNames(settings.topic_prefix).cache_log
         self.publisher = publisher or Publisher(settings)
 
-    def append(self, record: LogRecord, key: bytes | None = None) -> None:
-        self.publisher.publish(self.topic, encode(record), key=key if key is not None else record_key(record))
+    def append(
+        self, record: LogRecord, key: bytes | None = None, on_offset: Callable[[int], None] | None = None
+    ) -> None:
+        key = key if key is not None else record_key(record)
+        self.publisher.publish(self.topic, encode(record), key=key, on_offset=on_offset)
 
     def flush(self, timeout_s: float = 60.0) -> None:
         self.publisher.flush(timeout_s)

@@ -1,0 +1,198 @@
+"""``LogCache``: the Cache interface implemented on the cache log (an edge: Kafka and the API).
+
+The cache follows the log in a thread and folds every record with the same pure fold as every
+other reader; what a replica sees at version v is what every replica sees at v. Writes that
+change the cache (BIND, EVICT) are appended to the log and their outcome is read back from the
+local fold, so a replica never trusts its own intention over the log's order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+
+from ingest.kube import RESOURCES, KubeApi
+from projector.checkpoint import CheckpointStore
+from projector.kinds import PodView
+from projector.runner import LogRunner
+from projector.snapshot import Snapshot
+from projector.state import CacheState, FoldConfig, Outcome
+from scheduler.event_recorder import ApiEventRecorder
+from scheduler.interface import BindContext, BindResult, EvictResult, JobStatus, QueueStatus
+from scheduler.status_updater import StatusUpdater
+from schemas import Bind, Evict
+from strata.cachelog import CacheLogWriter
+from strata.config import Settings
+from strata.errors import StrataError
+
+LOG = logging.getLogger("strata.cache")
+ALL_KINDS = tuple(RESOURCES)
+BINDS = Counter("strata_cache_binds", "BINDs this replica published, by outcome", ["replica", "outcome"])
+SESSIONS = Histogram("strata_cache_session_seconds", "scheduling sessions (open to close)", ["replica"])
+
+
+class LogCache:
+    def __init__(
+        self,
+        settings: Settings,
+        replica: str,
+        store: CheckpointStore,
+        fold: FoldConfig | None = None,
+        kinds: Sequence[str] = ALL_KINDS,
+        api: KubeApi | None = None,
+        wait_timeout_s: float = 60.0,
+    ) -> None:
+        if not replica:
+            raise StrataError("a scheduler replica needs a non-empty id")
+        self.settings = settings
+        self.replica = replica
+        self.kinds = tuple(kinds)
+        self.runner = LogRunner(settings, store, fold or FoldConfig())
+        self.writer = CacheLogWriter(settings)
+        self.wait_timeout_s = wait_timeout_s
+        self._api = api
+        self._changed = threading.Condition()
+        self._state: CacheState | None = None
+        self._snapshot: Snapshot | None = None
+        self._outcomes: dict[int, Outcome] = {}  # outcomes of this replica's own records, by offset
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+        self._session_started: float | None = None
+
+    # ---------------------------------------------------------------------------- following
+    def run(self, stop: threading.Event) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._follow, args=(stop,), name=f"cache-{self.replica}", daemon=True)
+        self._thread.start()
+
+    def _follow(self, stop: threading.Event) -> None:
+        try:
+            state = self.runner.restore()
+            with self._changed:
+                self._state, self._snapshot = state, state.snapshot()
+                self._changed.notify_all()
+            for entry in self.runner.reader.follow(state.version, stop):
+                if entry is None:
+                    continue
+                with self._changed:
+                    outcome = state.apply(entry.record)
+                    if isinstance(entry.record, (Bind, Evict)) and entry.record.replica == self.replica:
+                        self._outcomes[entry.offset] = outcome
+                    self._snapshot = None
+                    self._changed.notify_all()
+        except BaseException as exc:  # a waiter must hear of it instead of waiting forever
+            LOG.error("replica %s stopped following the cache log: %s", self.replica, exc)
+            with self._changed:
+                self._failure = exc
+                self._changed.notify_all()
+
+    def _wait(self, done: Any, stop: threading.Event | None = None, timeout_s: float | None = None) -> bool:
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.wait_timeout_s)
+        with self._changed:
+            while not done():
+                if self._failure is not None:
+                    raise StrataError(f"the cache stopped following the log: {self._failure}")
+                if stop is not None and stop.is_set():
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StrataError(f"replica {self.replica}: the cache log did not get there in time")
+                self._changed.wait(min(remaining, 0.2))
+        return True
+
+    def wait_for_cache_sync(self, stop: threading.Event, timeout_s: float = 3600.0) -> bool:
+        end = self.runner.reader.end_offset()
+
+        def synced() -> bool:
+            state = self._state
+            return state is not None and state.version >= end and set(self.kinds) <= state.synced
+
+        return self._wait(synced, stop, timeout_s)
+
+    @property
+    def version(self) -> int:
+        with self._changed:
+            return self._state.version if self._state is not None else 0
+
+    def snapshot(self) -> Snapshot:
+        with self._changed:
+            if self._state is None:
+                raise StrataError("the cache is not running: call run() first")
+            if self._snapshot is None:
+                self._snapshot = self._state.snapshot()  # O(1): frozen views of the fold's maps
+            return self._snapshot
+
+    # ------------------------------------------------------------------------- bind / evict
+    def add_bind_task(self, bind_context: BindContext) -> BindResult:
+        return self.add_bind_tasks([bind_context])[0]
+
+    def add_bind_tasks(self, bind_contexts: Sequence[BindContext]) -> list[BindResult]:
+        records = [
+            Bind(pod=c.task.uid, node=c.node, replica=self.replica, extensions=dict(c.extensions))
+            for c in bind_contexts
+        ]
+        results = [BindResult(offset, o.result == "applied", o.reason) for offset, o in self._publish(records)]
+        for r in results:
+            BINDS.labels(self.replica, "admitted" if r.admitted else "rejected").inc()
+        return results
+
+    def evict(self, task: PodView, reason: str) -> EvictResult:
+        ((offset, outcome),) = self._publish([Evict(pod=task.uid, reason=reason, replica=self.replica)])
+        return EvictResult(offset, outcome.result == "applied", outcome.reason)
+
+    def _publish(self, records: Sequence[Bind | Evict]) -> list[tuple[int, Outcome]]:
+        offsets: list[int | None] = [None] * len(records)
+        for i, record in enumerate(records):
+            self.writer.append(record, on_offset=lambda offset, i=i: offsets.__setitem__(i, offset))
+        self.writer.flush()
+        if any(o is None for o in offsets):
+            raise StrataError("the broker took a record without reporting its offset")
+        last = max(offsets)  # type: ignore[type-var]
+        self._wait(lambda: self._state is not None and self._state.version > last)
+        with self._changed:
+            return [(o, self._outcomes.pop(o)) for o in offsets]  # type: ignore[misc]
+
+    # ------------------------------------------------------------------------ status writes
+    def client(self) -> KubeApi:
+        if self._api is None:
+            self._api = KubeApi(self.settings.kubeconfig)
+        return self._api
+
+    def event_recorder(self) -> ApiEventRecorder:
+        return ApiEventRecorder(self.client(), "strata-scheduler", self.replica)
+
+    def update_job_status(self, job: JobStatus, update_pg: bool = True) -> None:
+        if update_pg:
+            StatusUpdater(self.client()).update_pod_group(job)
+        self.record_job_status_event(job, update_pg)
+
+    def record_job_status_event(self, job: JobStatus, update_pg: bool) -> None:
+        pg = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"namespace": job.namespace, "name": job.name},
+        }
+        unschedulable = [c for c in job.conditions if c.get("type") == "Unschedulable" and c.get("status") == "True"]
+        if unschedulable:
+            message = str(unschedulable[-1].get("message") or "")
+            self.event_recorder().event(pg, "Warning", "Unschedulable", message)
+        else:
+            self.event_recorder().event(pg, "Normal", job.phase, f"PodGroup is {job.phase}")
+
+    def update_queue_status(self, queue: QueueStatus) -> None:
+        StatusUpdater(self.client()).update_queue_status(queue)
+
+    # ----------------------------------------------------------------------------- sessions
+    def on_session_open(self) -> None:
+        self._session_started = time.monotonic()
+
+    def on_session_close(self) -> None:
+        if self._session_started is not None:
+            SESSIONS.labels(self.replica).observe(time.monotonic() - self._session_started)
+            self._session_started = None
