@@ -22,7 +22,7 @@ from projector.kinds import PodView
 from projector.runner import LogRunner
 from projector.snapshot import Snapshot
 from projector.state import CacheState, FoldConfig, Outcome
-from scheduler.event_recorder import ApiEventRecorder
+from scheduler.event_recorder import ApiEventRecorder, job_status_event
 from scheduler.interface import BindContext, BindResult, EvictResult, JobStatus, QueueStatus
 from scheduler.status_updater import StatusUpdater
 from schemas import Bind, Evict
@@ -173,17 +173,7 @@ class LogCache:
         self.record_job_status_event(job, update_pg)
 
     def record_job_status_event(self, job: JobStatus, update_pg: bool) -> None:
-        pg = {
-            "apiVersion": "scheduling.volcano.sh/v1beta1",
-            "kind": "PodGroup",
-            "metadata": {"namespace": job.namespace, "name": job.name},
-        }
-        unschedulable = [c for c in job.conditions if c.get("type") == "Unschedulable" and c.get("status") == "True"]
-        if unschedulable:
-            message = str(unschedulable[-1].get("message") or "")
-            self.event_recorder().event(pg, "Warning", "Unschedulable", message)
-        else:
-            self.event_recorder().event(pg, "Normal", job.phase, f"PodGroup is {job.phase}")
+        job_status_event(self.event_recorder(), job)
 
     def update_queue_status(self, queue: QueueStatus) -> None:
         StatusUpdater(self.client()).update_queue_status(queue)

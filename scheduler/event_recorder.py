@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ingest.kube import KubeApi
+from scheduler.interface import EventRecorder, JobStatus
 
 _NAME_UNSAFE = re.compile(r"[^a-z0-9.-]")
 
@@ -50,3 +51,17 @@ class ApiEventRecorder:
             "count": 1,
         }
         self.api.request("POST", f"/api/v1/namespaces/{namespace}/events", body)
+
+
+def job_status_event(recorder: EventRecorder, job: JobStatus) -> None:
+    """Volcano's RecordJobStatusEvent: a Warning when the job is unschedulable, else its phase."""
+    pg = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"namespace": job.namespace, "name": job.name},
+    }
+    unschedulable = [c for c in job.conditions if c.get("type") == "Unschedulable" and c.get("status") == "True"]
+    if unschedulable:
+        recorder.event(pg, "Warning", "Unschedulable", str(unschedulable[-1].get("message") or ""))
+    else:
+        recorder.event(pg, "Normal", job.phase, f"PodGroup is {job.phase}")
