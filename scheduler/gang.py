@@ -73,16 +73,17 @@ def plan(snapshot: Snapshot) -> list[BindContext]:
         pg = snapshot.podgroups[job]
         if snapshot.job_queue(pg) not in snapshot.queues:
             continue
-        tentative = {name: dict(f) for name, f in free.items()}
+        taken: dict[str, dict[str, int]] = {}  # what this gang would take, node by node
         placed = []
         for task in sorted(by_job[job], key=lambda t: (-t.priority, t.name)):
-            node = next((n for n, f in tentative.items() if fits(task, f)), None)
+            node = next((n for n, f in free.items() if fits(task, taken.get(n, f))), None)
             if node is not None:
+                left = taken.setdefault(node, dict(free[node]))
                 for k, v in task.resreq.items():
-                    tentative[node][k] = tentative[node].get(k, 0) - v
+                    left[k] = left.get(k, 0) - v
                 placed.append(BindContext(task, node))
         if placed and allocated.get(job, 0) + len(placed) >= pg.min_member:
-            free = tentative
+            free.update(taken)
             binds += placed
     return binds
 
