@@ -251,3 +251,9 @@ def test_memoized_resource_lists_keep_booleans_bad():
         parse_resources({"storage": "lots"})
     with pytest.raises(BadQuantity):
         parse_resources({"storage": "lots"})  # a second time, from whatever the memo holds
+
+
+def test_synced_kinds_are_kept_and_survive_a_checkpoint():
+    state, _ = replay_bytes(b'{"type":"SYNCED","kind":"Pod"}\n{"type":"SYNCED","kind":"Node"}\n')
+    assert state.synced == {"Pod", "Node"} and state.version == 2
+    assert statecodec.decode(statecodec.encode(state)).synced == {"Pod", "Node"}
