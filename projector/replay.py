@@ -69,6 +69,8 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
                 return state.evict(value["pod"])
             if op == "EVICT_FAILED":
                 return state.evict_failed(value["pod"])
+            if op == "SYNCED":
+                return state.mark_synced(value["kind"])
             return state.informational()
     except BadLine as exc:
         return state.apply_bad(str(exc))

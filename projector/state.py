@@ -112,8 +112,7 @@ class CacheState:
         if isinstance(record, EvictFailed):
             return self.evict_failed(record.pod)
         if isinstance(record, Synced):
-            self.synced.add(record.kind)
-            return self.informational()
+            return self.mark_synced(record.kind)
         if isinstance(record, (BindSucceeded, EvictSucceeded)):
             return self.informational()
         if isinstance(record, BadRecord):
@@ -136,6 +135,11 @@ class CacheState:
     def evict_failed(self, pod: str) -> Outcome:
         self.version += 1
         return self._revert(pod, RELEASING)
+
+    def mark_synced(self, kind: str) -> Outcome:
+        """SYNCED: a version, no change to the snapshot; a replica's wait_for_cache_sync reads it."""
+        self.synced.add(kind)
+        return self.informational()
 
     def informational(self) -> Outcome:
         """SYNCED, BIND_SUCCEEDED, EVICT_SUCCEEDED: a version, no change."""
