@@ -148,3 +148,16 @@ def test_add_bind_task_reports_the_folds_verdict(kafka: Settings, tmp_path: Path
     assert cache.snapshot().tasks["u-j0-p0"].status == "Binding"
     # the gang of 2 has one task allocated: the other alone completes it
     assert [(c.task.uid, c.node) for c in plan(cache.snapshot())] == [("u-j0-p1", "n0")]
+
+
+def test_evict_reports_the_folds_verdict(kafka: Settings, tmp_path: Path):
+    publish(kafka, cluster_history(nodes=1, jobs=1, per_job=2))
+    stop = threading.Event()
+    (cache,) = caches(kafka, tmp_path, 1, stop)
+    tasks = cache.snapshot().tasks
+    assert cache.add_bind_task(BindContext(tasks["u-j0-p0"], "n0")).admitted
+    on_node = cache.evict(cache.snapshot().tasks["u-j0-p0"], "preempted")
+    nowhere = cache.evict(tasks["u-j0-p1"], "preempted")
+    stop.set()
+    assert on_node.applied and cache.snapshot().tasks["u-j0-p0"].status == "Releasing"
+    assert (nowhere.applied, nowhere.reason) == (False, "the task is on no node")
