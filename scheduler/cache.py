@@ -115,6 +115,10 @@ class LogCache:
 
         return self._wait(synced, stop, timeout_s)
 
+    def wait_for_version(self, version: int, timeout_s: float | None = None) -> None:
+        """Block until the local fold has applied ``version`` records (read-your-writes for tools)."""
+        self._wait(lambda: self._state is not None and self._state.version >= version, timeout_s=timeout_s)
+
     @property
     def version(self) -> int:
         with self._changed:

@@ -101,6 +101,9 @@ def test_replicas_racing_for_the_same_nodes_never_double_book(kafka: Settings, t
         t.start()
     for t in threads:
         t.join(60)
+    end = CacheLogReader(kafka).end_offset()
+    for cache in replicas:
+        cache.wait_for_version(end)  # each has folded the others' BINDs too
     stop.set()
 
     state, admitted, rejected = CacheState(), {}, []
