@@ -456,10 +456,11 @@ def verify(settings: Settings, fold: Any, against_cluster: bool) -> None:
 
 
 # Command groups with modules of their own.
+from strata.cli_archive import export, restore  # noqa: E402
 from strata.cli_binder import bind, evict  # noqa: E402
 from strata.cli_scheduler import schedule  # noqa: E402
 
-for _command in (bind, evict, schedule):
+for _command in (bind, evict, schedule, export, restore):
     main.add_command(_command)
 
 if __name__ == "__main__":
