@@ -31,7 +31,7 @@ from projector.replay import StrictStop
 from projector.state import APPLIED, CacheState, FoldConfig
 from schemas import BadRecord, CodecError, LogRecord, decode
 from schemas.codec import HEADER_SIZE, MARKER
-from strata import __version__
+from strata import __version__, archive_codec
 from strata.archive_manifest import (
     BASE,
     CHECKPOINT,
@@ -67,6 +67,7 @@ SCHEMA = fastavro.parse_schema(
     }
 )
 Progress = Callable[[int, int], None]  # (done, total)
+archive_codec.register()
 
 
 class RawMessage(NamedTuple):
@@ -120,7 +121,8 @@ class RawLogReader(CacheLogReader):
             consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
             next_offset = start
             while next_offset < end:
-                batch = consumer.consume(num_messages=1000, timeout=timeout_s)
+                # consume() waits for all num_messages (or the timeout): ask for no more than remain
+                batch = consumer.consume(num_messages=min(1000, end - next_offset), timeout=timeout_s)
                 if not batch:
                     raise StrataError(f"no message from {self.topic} for {timeout_s:g} s at offset {next_offset}")
                 for msg in batch:
@@ -493,7 +495,11 @@ def _verify(directory: Path) -> tuple[list[str], list[str]]:
         state = None
     if state is not None and manifest.base is not None and state.snapshot().digest() != manifest.base.digest:
         problems.append(f"{manifest.base.name}: digest differs from the manifest's")
+    expected = manifest.first_offset
     for entry in manifest.files:
+        if entry.first_offset != expected:
+            state = None  # after a gap or an overlap the digests cannot be checked
+        expected = entry.last_offset + 1
         path = directory / entry.name
         if not path.exists():
             problems.append(f"{entry.name}: missing")

@@ -2,16 +2,118 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
 import click
+
+from strata.archive import CODECS, DEFAULT_RECORDS_PER_FILE
+from strata.cliopts import fold_options, kafka_options
+from strata.config import Settings
+
+
+@contextlib.contextmanager
+def _progress(what: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar over records on a terminal; None when stderr is a pipe or a file."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    ) as progress:
+        task = progress.add_task(what, total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        yield update
 
 
 @click.command("export")
-def export() -> None:
-    """Write the cache log into an archive directory."""
-    raise click.ClickException("not implemented yet")
+@click.option(
+    "--to",
+    "directory",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="archive directory (created; an existing archive is continued after its last offset)",
+)
+@click.option("--from", "start", type=click.IntRange(min=0), metavar="OFFSET", help="first offset of a new archive")
+@click.option("--to-offset", "stop", type=click.IntRange(min=0), metavar="OFFSET", help="stop before this offset")
+@click.option("--codec", type=click.Choice(CODECS), default="zstandard", show_default=True)
+@click.option(
+    "--records-per-file",
+    type=click.IntRange(min=1),
+    default=DEFAULT_RECORDS_PER_FILE,
+    show_default=True,
+    metavar="N",
+    help="offsets per file",
+)
+@click.option("--force", is_flag=True, help="continue an archive of another topic or cluster (a restored log)")
+@kafka_options
+@fold_options
+def export(
+    settings: Settings,
+    fold: Any,
+    directory: Path,
+    start: int | None,
+    stop: int | None,
+    codec: str,
+    records_per_file: int,
+    force: bool,
+) -> None:
+    """Write the cache log into an archive directory (Avro container files and manifest.json)."""
+    from strata.archive import export_archive
+
+    with _progress(f"exporting to {directory}") as progress:
+        report = export_archive(
+            settings,
+            directory,
+            start=start,
+            stop=stop,
+            codec=codec,
+            records_per_file=records_per_file,
+            force=force,
+            fold=fold,
+            progress=progress,
+        )
+    if report.next_offset == report.first_offset:
+        click.echo(f"nothing to export: {directory} already ends before offset {report.first_offset}", err=True)
+    else:
+        click.echo(
+            f"exported offsets {report.first_offset}..{report.next_offset - 1}: {report.figures()}",
+            err=True,
+        )
 
 
 @click.command()
-def restore() -> None:
-    """Rebuild the cache log from an archive directory."""
-    raise click.ClickException("not implemented yet")
+@click.option(
+    "--from",
+    "directory",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="archive directory written by `strata export`",
+)
+@kafka_options
+def restore(settings: Settings, directory: Path) -> None:
+    """Rebuild the cache log from an archive, into an EMPTY cache log (a new cluster or topic prefix).
+
+    The archive is verified first. Keys and values are kept; the broker stamps new timestamps.
+    """
+    from strata.archive import restore_archive
+
+    with _progress(f"restoring {directory}") as progress:
+        report = restore_archive(settings, directory, progress=progress)
+    click.echo(
+        f"restored {report.next_offset} records into {settings.topic_prefix}cache-log: {report.figures()}", err=True
+    )
