@@ -50,27 +50,67 @@ class ApiError(StrataError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(f"Kubernetes API {status}: {message}")
         self.status = status
+        self.detail = message
 
 
 class Gone(ApiError):
     """410: the resourceVersion is older than the server's watch history; relist."""
 
 
+@dataclass(frozen=True)
+class Answer:
+    """An API answer whatever its status: callers that classify failures need the code and the Status."""
+
+    status: int
+    body: Any  # parsed JSON, or None when empty
+    message: str  # the Status message (or the raw text) for status >= 400, else ""
+
+
 class KubeApi:
-    def __init__(self, kubeconfig: str | None = None) -> None:
+    def __init__(self, kubeconfig: str | None = None, pool_size: int | None = None) -> None:
         configuration = client.Configuration()
         try:
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         except Exception as exc:  # the loader raises several types for a missing or bad file
             raise StrataError(f"cannot load kubeconfig {kubeconfig or '(default)'}: {exc}") from exc
+        if pool_size is not None:
+            # urllib3 keeps this many connections per host; the default (5 x CPUs) would make a
+            # pool of concurrent binders open and close a connection per call beyond it
+            configuration.connection_pool_maxsize = pool_size
         self.client = client.ApiClient(configuration)
 
-    def request(self, method: str, path: str, body: Any = None, timeout: float = 30.0, **query: Any) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float = 30.0,
+        content_type: str | None = None,
+        **query: Any,
+    ) -> Any:
         """One API call with a JSON body; the parsed JSON answer (for tests and operators' tools)."""
-        content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        if content_type is None:
+            content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
         response = self._request(path, query, timeout, method=method, body=body, content_type=content_type)
         data = response.read()
         return objectjson.loads(data) if data else None
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        timeout: float | tuple[float, float] = 30.0,
+        content_type: str = "application/json",
+        **query: Any,
+    ) -> Answer:
+        """One API call that returns the status instead of raising on >= 400 (network errors still raise)."""
+        try:
+            response = self._request(path, query, timeout, method=method, body=body, content_type=content_type)
+        except ApiError as exc:
+            return Answer(exc.status, None, exc.detail)
+        data = response.read()
+        return Answer(response.status, objectjson.loads(data) if data else None, "")
 
     def _request(
         self,

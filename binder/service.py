@@ -1,0 +1,105 @@
+"""`strata bind` and `strata evict` as one process: a dispatcher, N source workers, a worker per tier.
+
+Each part runs on its own thread; the first one to fail stops all (the error is raised to the
+CLI, which prints it on one line). Shutdown (SIGTERM/SIGINT sets ``stop``) lets every worker
+finish its batch: each step commits or aborts its own transaction, so nothing is left open.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from binder.actions import Action
+from binder.binder import BindAction
+from binder.dispatcher import Dispatcher
+from binder.evictor import EvictAction, Mode
+from binder.worker import CommandWorker, WorkSpec, stages
+from ingest.kube import KubeApi
+from projector.state import FoldConfig
+from schemas import BindCommand, BindFailed, BindSucceeded, EvictCommand, EvictFailed, EvictSucceeded
+from strata.config import Settings
+from strata.topics import Work
+
+BIND = WorkSpec(
+    work="bind",
+    group="binder",
+    command_type=BindCommand,
+    succeeded=lambda c: BindSucceeded(pod=c.pod_uid, node=c.node),
+    failed=lambda c, reason: BindFailed(pod=c.pod_uid, reason=reason),
+)
+EVICT = WorkSpec(
+    work="evict",
+    group="evictor",
+    command_type=EvictCommand,
+    succeeded=lambda c: EvictSucceeded(pod=c.pod_uid),
+    failed=lambda c, reason: EvictFailed(pod=c.pod_uid, reason=reason),
+)
+SPECS: dict[str, WorkSpec] = {"bind": BIND, "evict": EVICT}
+
+
+def default_instance() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class Service:
+    settings: Settings
+    work: Work
+    fold: FoldConfig = field(default_factory=FoldConfig)
+    workers: int = 2
+    instance: str = field(default_factory=default_instance)
+    dispatch: bool = True
+    mode: Mode = "eviction"
+    threads: int = 32  # concurrent API calls per process
+    batch_max: int = 500
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.errors: list[BaseException] = []
+        self._threads: list[threading.Thread] = []
+        self.parts: list[Any] = []
+
+    def action(self, api: KubeApi) -> Action:
+        return BindAction(api) if self.work == "bind" else EvictAction(api, self.mode)
+
+    def start(self) -> None:
+        spec = SPECS[self.work]
+        api = KubeApi(self.settings.kubeconfig, pool_size=self.threads * 2)
+        action = self.action(api)
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"{self.work}-call")
+        if self.dispatch:
+            self.parts.append(Dispatcher(self.settings, self.fold, self.stop, f"{self.instance}-{self.work}"))
+        source, *tiers = stages(self.settings, spec)
+        for i in range(self.workers):
+            self.parts.append(
+                CommandWorker(
+                    self.settings, spec, source, action, self.pool, self.instance, self.stop, f"w{i}", self.batch_max
+                )
+            )
+        for stage in tiers:
+            self.parts.append(
+                CommandWorker(self.settings, spec, stage, action, self.pool, self.instance, self.stop, None, 100)
+            )
+        for part in self.parts:
+            name = getattr(part, "transactional_id", type(part).__name__)
+            thread = threading.Thread(target=self._guard, args=(part,), name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _guard(self, part: Any) -> None:
+        try:
+            part.run()
+        except BaseException as exc:  # reported by the main thread, which stops the rest
+            self.errors.append(exc)
+            self.stop.set()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        self.stop.set()
+        for thread in self._threads:
+            thread.join(timeout_s)
+        self.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,334 @@
+"""A command worker: consume commands, carry them out, write every consequence in one transaction.
+
+One worker per (work, stage): the command topic (``role`` w0, w1, ...) or one retry tier. Per
+batch (up to ``batch_max`` commands or ``window_s`` of waiting):
+
+1. decode; a message that does not decode goes to the dead-letter topic (no retry can fix bytes);
+2. carry out the commands concurrently on a thread pool, the commands of one pod in order;
+3. in ONE transaction: the outcome records into the cache log, forwards to the next retry tier
+   or the DLT, and the consumer offsets (KIP-447: ``consumer_group_metadata``).
+
+So each command has exactly one committed consequence, however often the process dies: a crash
+before the commit redelivers the batch, and the actions are idempotent (a bind already done
+answers 409 with the same node, which is success). Outcome records must not be duplicated: a
+second BIND_FAILED for a pod could revert a later, admitted BIND of it.
+
+A retry tier holds commands back for its delay: it pauses a partition whose head is not due yet
+(record timestamp + delay), seeks back to it and keeps polling; it resumes once due.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from binder import metrics, txn
+from binder.actions import Action, Result
+from schemas import CodecError, LogRecord, decode, encode
+from strata.cachelog import record_key
+from strata.config import Settings
+from strata.topics import TopicNames, Work
+
+log = logging.getLogger("strata.binder")
+
+# headers of a forwarded command (the first hop's origin is kept; the error is the latest)
+ATTEMPT = "strata.attempt"
+ORIGINAL_TOPIC = "strata.original.topic"
+ORIGINAL_PARTITION = "strata.original.partition"
+ORIGINAL_OFFSET = "strata.original.offset"
+ERROR = "strata.error"
+DUE_MS = "strata.due_ms"
+REASON = "strata.reason"
+OFFSETS_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class WorkSpec:
+    """What differs between binding and evicting."""
+
+    work: Work
+    group: str  # consumer group stem: binder | evictor
+    command_type: type
+    succeeded: Callable[[Any], LogRecord]
+    failed: Callable[[Any, str], LogRecord]
+
+
+@dataclass(frozen=True)
+class Stage:
+    role: str  # w0.. for the command topic, retry-10s for a tier
+    topic: str
+    group: str
+    delay_s: int  # 0 for the command topic
+    next_topic: str  # the next tier, or the DLT after the last
+    last: bool  # a transient failure here goes to the DLT
+
+
+def stages(settings: Settings, spec: WorkSpec) -> list[Stage]:
+    """The command topic and its retry tiers, each with where its failures go next."""
+    names = TopicNames(settings.topic_prefix)
+    prefix = settings.topic_prefix
+    topics = [(names.commands(spec.work), f"{prefix}{spec.group}", 0)] + [
+        (names.retry(spec.work, d), f"{prefix}{spec.group}-retry-{d}s", d) for d in settings.retry_delays_s
+    ]
+    out = []
+    for i, (topic, group, delay) in enumerate(topics):
+        last = i == len(topics) - 1
+        nxt = names.dead_letter(spec.work) if last else topics[i + 1][0]
+        out.append(Stage(f"retry-{delay}s" if delay else "w", topic, group, delay, nxt, last))
+    return out
+
+
+@dataclass
+class _Item:
+    msg: Message
+    command: Any = None
+    bad: str | None = None  # why the message did not decode
+    result: Result | None = None
+
+
+class CommandWorker:
+    def __init__(
+        self,
+        settings: Settings,
+        spec: WorkSpec,
+        stage: Stage,
+        action: Action,
+        pool: Executor,
+        instance: str,
+        stop: threading.Event,
+        role: str | None = None,
+        batch_max: int = 500,
+        window_s: float = 0.02,
+    ) -> None:
+        self.settings = settings
+        self.spec = spec
+        self.stage = stage
+        self.action = action
+        self.pool = pool
+        self.stop = stop
+        self.role = role or stage.role
+        self.batch_max = batch_max
+        self.window_s = window_s
+        self.cache_log = TopicNames(settings.topic_prefix).cache_log
+        self.dead_letter = TopicNames(settings.topic_prefix).dead_letter(spec.work)
+        # a stable instance lets a restarted process fence its predecessor's open transaction
+        # and take over its static group membership at once, without waiting for a timeout
+        self.transactional_id = f"{settings.topic_prefix}{spec.work}-{instance}-{self.role}"
+        self.group_instance_id = f"{spec.work}-{instance}-{self.role}"
+        self._paused: dict[tuple[str, int], int] = {}  # partition -> due (ms) of its held-back head
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self.processed = 0
+
+    # -------------------------------------------------------------------------------- loop
+    def run(self) -> None:
+        self._producer = txn.transactional_producer(self.settings, self.transactional_id)
+        consumer = self._consumer = Consumer(
+            self.settings.client_config(
+                **{
+                    "group.id": self.stage.group,
+                    "group.instance.id": self.group_instance_id,
+                    "session.timeout.ms": 10_000,
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "isolation.level": "read_committed",
+                    "fetch.wait.max.ms": 20,
+                }
+            )
+        )
+        consumer.subscribe([self.stage.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        try:
+            while not self.stop.is_set():
+                self.step()
+        finally:
+            # no transaction is open between steps: every step commits or aborts its own
+            consumer.close()
+            self._producer.flush(5.0)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # a rebalance forgets pauses: pause again what is still held back (re-checked when fetched)
+        held = [tp for tp in partitions if (tp.topic, tp.partition) in self._paused]
+        if held:
+            consumer.pause(held)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._paused.pop((tp.topic, tp.partition), None)
+
+    def step(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        self._resume_due(consumer)
+        msgs = consumer.consume(self.batch_max, timeout=self.window_s)
+        items = self._admit(consumer, msgs)
+        if not items:
+            return
+        self._carry_out(items)
+        try:
+            self._commit(consumer, items)
+        except txn.Abort as exc:
+            log.warning("%s: transaction aborted (%s); redoing the batch", self.transactional_id, exc)
+            metrics.ABORTS.labels(self.transactional_id).inc()
+            txn.safe_abort(self._producer)
+            self._rewind(consumer)
+        except txn.Fatal as exc:
+            log.warning("%s: producer unusable (%s); making a new one", self.transactional_id, exc)
+            metrics.ABORTS.labels(self.transactional_id).inc()
+            self._producer = txn.transactional_producer(self.settings, self.transactional_id)
+            self._rewind(consumer)
+
+    # ------------------------------------------------------------------------------- admit
+    def _admit(self, consumer: Consumer, msgs: list[Message]) -> list[_Item]:
+        items: list[_Item] = []
+        held: set[tuple[str, int]] = set()
+        now_ms = int(time.time() * 1000)
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("%s: %s", self.stage.topic, err.str())
+                continue
+            tp = (msg.topic(), msg.partition())
+            if tp in held or tp in self._paused:
+                continue  # fetched before the pause took effect; read again once due
+            if self.stage.delay_s:
+                due = msg.timestamp()[1] + self.stage.delay_s * 1000
+                if due > now_ms:
+                    held.add(tp)
+                    self._hold(consumer, msg, due)
+                    continue
+            items.append(self._decoded(msg))
+        return items
+
+    def _hold(self, consumer: Consumer, msg: Message, due_ms: int) -> None:
+        tp = TopicPartition(msg.topic(), msg.partition(), msg.offset())
+        consumer.pause([tp])
+        consumer.seek(tp)  # the head is read again after the resume
+        self._paused[(msg.topic(), msg.partition())] = due_ms
+
+    def _resume_due(self, consumer: Consumer) -> None:
+        if not self._paused:
+            return
+        now_ms = int(time.time() * 1000)
+        due = [tp for tp, at in self._paused.items() if at <= now_ms]
+        if due:
+            consumer.resume([TopicPartition(t, p) for t, p in due])
+            for tp in due:
+                del self._paused[tp]
+
+    def _decoded(self, msg: Message) -> _Item:
+        try:
+            command = decode(msg.value() or b"")
+        except CodecError as exc:
+            return _Item(msg, bad=f"{exc.reason}: {exc}")
+        if not isinstance(command, self.spec.command_type):
+            return _Item(msg, bad=f"not-a-command: {command.SCHEMA} is no {self.spec.command_type.__name__}")
+        return _Item(msg, command)
+
+    # --------------------------------------------------------------------------- carry out
+    def _carry_out(self, items: list[_Item]) -> None:
+        """Run the commands concurrently; the commands of one pod (one key) one after another."""
+        by_pod: dict[bytes, list[_Item]] = defaultdict(list)
+        for item in items:
+            if item.command is not None:
+                by_pod[item.msg.key() or b""].append(item)
+        futures = [self.pool.submit(self._run_in_order, group) for group in by_pod.values()]
+        for future in futures:
+            future.result()
+
+    def _run_in_order(self, group: list[_Item]) -> None:
+        for item in group:
+            result = self.action.run(item.command)
+            if result.kind == "terminal" or (result.kind == "transient" and self.stage.last):
+                self.action.give_up(item.command, result.reason)
+            item.result = result
+
+    # ------------------------------------------------------------------------------ commit
+    def _commit(self, consumer: Consumer, items: list[_Item]) -> None:
+        producer = self._producer
+        assert producer is not None
+        offsets: dict[tuple[str, int], int] = {}
+        for item in items:
+            offsets[(item.msg.topic(), item.msg.partition())] = item.msg.offset() + 1
+        txn.call(producer.begin_transaction)
+        # Offsets first, records after. The offset commit can wait on a rebalance (which this
+        # consumer joins only when it polls again): it must not do so while the transaction holds
+        # records in the cache log, because until the transaction ends every read_committed reader
+        # of the log stops there (the last stable offset). It gets one short try; a failure aborts
+        # and the batch is redone after the rebalance.
+        txn.call(
+            lambda: producer.send_offsets_to_transaction(
+                [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                consumer.consumer_group_metadata(),
+                OFFSETS_TIMEOUT_S,
+            ),
+            attempts=1,
+        )
+        counts: list[tuple[Any, ...]] = []
+        for item in items:
+            counts += self._route(producer, item)
+        txn.call(lambda: producer.commit_transaction(30.0))
+        # counted only once committed: an aborted batch is redone and would count twice
+        for counter, *labels in counts:
+            counter.labels(*labels).inc()
+        self.processed += len(items)
+
+    def _route(self, producer: Producer, item: _Item) -> list[tuple[Any, ...]]:
+        """Produce what one command comes to; returns the counters (and labels) to count it by."""
+        work = self.spec.work
+        if item.bad is not None:
+            self._forward(producer, item.msg, self.dead_letter, item.bad, reason="malformed")
+            return [(metrics.BAD_COMMANDS, item.msg.topic()), (metrics.DEAD_LETTERS, work, "malformed")]
+        result = item.result
+        assert result is not None
+        if result.kind == "ok":
+            self._outcome(producer, self.spec.succeeded(item.command))
+            return [(metrics.OUTCOMES, work, "succeeded")]
+        if result.kind == "transient" and not self.stage.last:
+            self._forward(producer, item.msg, self.stage.next_topic, result.reason)
+            return [(metrics.RETRIES, work, self.stage.next_topic)]
+        cause = "terminal" if result.kind == "terminal" else "exhausted"
+        self._forward(producer, item.msg, self.dead_letter, result.reason, reason=cause)
+        self._outcome(producer, self.spec.failed(item.command, result.reason))
+        return [(metrics.DEAD_LETTERS, work, cause), (metrics.OUTCOMES, work, "failed")]
+
+    def _outcome(self, producer: Producer, record: LogRecord) -> None:
+        txn.produce(producer, self.cache_log, encode(record), key=record_key(record))
+
+    def _forward(self, producer: Producer, msg: Message, topic: str, error: str, reason: str = "") -> None:
+        old = dict(msg.headers() or [])
+        attempt = int(old.get(ATTEMPT, b"0") or 0) + 1
+        delay = 0
+        if topic != self.dead_letter:
+            delay = self.settings.retry_delays_s[self._tier_index(topic)]
+        headers = [
+            (ATTEMPT, str(attempt).encode()),
+            (ORIGINAL_TOPIC, old.get(ORIGINAL_TOPIC) or msg.topic().encode()),
+            (ORIGINAL_PARTITION, old.get(ORIGINAL_PARTITION) or str(msg.partition()).encode()),
+            (ORIGINAL_OFFSET, old.get(ORIGINAL_OFFSET) or str(msg.offset()).encode()),
+            (ERROR, error.encode()[:2000]),
+            (DUE_MS, str(int(time.time() * 1000) + delay * 1000).encode()),
+        ]
+        if reason:
+            headers.append((REASON, reason.encode()))
+        # the same partition as the source: a pod's commands stay together (the tiers have as many)
+        txn.produce(producer, topic, msg.value() or b"", key=msg.key(), partition=msg.partition(), headers=headers)
+
+    def _tier_index(self, topic: str) -> int:
+        names = TopicNames(self.settings.topic_prefix)
+        return [names.retry(self.spec.work, d) for d in self.settings.retry_delays_s].index(topic)
+
+    def _rewind(self, consumer: Consumer) -> None:
+        self._paused.clear()
+        assignment = consumer.assignment()
+        if assignment:
+            consumer.resume(assignment)
+        txn.rewind(consumer, assignment)
