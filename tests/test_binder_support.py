@@ -17,7 +17,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from ingest import watch
 from ingest.kube import KubeApi
 from projector.state import CacheState
-from schemas import decode
+from schemas import Bind, Evict, decode
 from strata.cachelog import CacheLogReader, LogEntry
 from strata.config import Settings
 from strata.topics import ensure_topics
@@ -181,6 +181,7 @@ class LogView:
         self.consumer.assign([TopicPartition(self.reader.topic, 0, OFFSET_BEGINNING)])
         self.entries: list[LogEntry] = []
         self.state = CacheState()
+        self.admitted: list[LogEntry] = []  # BINDs and EVICTs the fold admitted, in order
 
     def refresh(self) -> LogView:
         while True:
@@ -195,7 +196,8 @@ class LogView:
                     continue
                 entry = LogEntry(msg.offset(), msg.timestamp()[1], self.reader._decode(msg.value(), msg.offset()))
                 self.entries.append(entry)
-                self.state.apply(entry.record)
+                if self.state.apply(entry.record).result == "applied" and isinstance(entry.record, (Bind, Evict)):
+                    self.admitted.append(entry)
             if at_end:
                 return self
 
