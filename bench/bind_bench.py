@@ -1,0 +1,168 @@
+"""Benchmark: binds per second and BIND-to-bound latency against the local kube-apiserver.
+
+    eval "$(.venv/bin/strata dev up)"
+    .venv/bin/python bench/bind_bench.py [--pods 2000] [--nodes 4] [--workers 1,2,4] [--threads 32]
+
+Per worker count: a fresh topic prefix, P fresh pending pods (created through the API, not timed),
+the real watch adapters publishing them into the cache log, then `strata bind`'s parts in this
+process (dispatcher, source workers, retry tiers). P admitted BINDs are published at once; a
+watch on the pods' namespace notes when each pod's event with spec.nodeName arrives.
+
+- binds/s: P / (last pod seen bound - Kafka timestamp of the first BIND)
+- latency: per pod, watch arrival - its BIND's Kafka timestamp (LogAppendTime); p50, p99
+Prints one JSON line per worker count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from binder.service import Service
+from ingest import watch
+from ingest.kube import KubeApi, Resource
+from schemas import Bind, BindSucceeded
+from strata.cachelog import CacheLogReader, CacheLogWriter
+from strata.config import settings_from
+from strata.topics import ensure_topics
+
+
+def _pod(ns: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "annotations": {"scheduling.k8s.io/group-name": "pg"}},
+        "spec": {
+            "schedulerName": "volcano",
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}],
+        },
+    }
+
+
+def _node(name: str) -> dict[str, Any]:
+    alloc = {"cpu": "1000", "memory": "4Ti", "pods": "100000"}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"allocatable": alloc}}
+
+
+def drop_topics(settings: Any) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.client_config())
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix)]
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            future.result()
+
+
+def _pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+
+
+def run(api: KubeApi, base: Any, ns: str, nodes: list[str], pods: int, workers: int, threads: int) -> dict[str, Any]:
+    settings = base.with_(topic_prefix=f"bench-bind-{uuid.uuid4().hex[:6]}.")
+    ensure_topics(settings)
+    names = [f"w{workers}-{i:05d}" for i in range(pods)]
+    with ThreadPoolExecutor(4) as pool:
+        created = list(pool.map(lambda n: api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, n)), names))
+    uids = {p["metadata"]["uid"]: p["metadata"]["name"] for p in created}
+    ingest = watch.Ingest(settings, kinds=["Pod", "Node"])
+    ingest.start()
+    service = Service(settings, "bind", workers=workers, instance=f"bench-{workers}", threads=threads)
+    bound_at: dict[str, float] = {}
+    stop = threading.Event()
+    try:
+        while not ingest.synced():
+            time.sleep(0.2)
+        service.start()
+        dispatcher = service.parts[0]
+        while dispatcher.state is None or dispatcher.next_offset < CacheLogReader(settings).end_offset() - 5:
+            time.sleep(0.2)  # the dispatcher has caught up with the log: the clock starts with the BINDs
+
+        def follow() -> None:
+            resource = Resource("Pod", "v1", f"/api/v1/namespaces/{ns}/pods")
+            rv = api.request("GET", resource.path, limit=1)["metadata"]["resourceVersion"]
+            for event in api.watch(resource, rv, 300, 60.0):
+                obj = event.get("object") or {}
+                name = (obj.get("metadata") or {}).get("name")
+                if (obj.get("spec") or {}).get("nodeName") and name not in bound_at:
+                    bound_at[name] = time.time()
+                if stop.is_set() or (len(bound_at) >= len(names) and all(n in bound_at for n in names)):
+                    return
+
+        watcher = threading.Thread(target=follow, daemon=True)
+        watcher.start()
+        time.sleep(0.5)
+        start = CacheLogReader(settings).end_offset()
+        writer = CacheLogWriter(settings)
+        for i, uid in enumerate(uids):
+            writer.append(Bind(pod=uid, node=nodes[i % len(nodes)], replica="bench"))
+        writer.flush()
+        deadline = time.time() + 600
+        while not all(n in bound_at for n in names) and time.time() < deadline:
+            time.sleep(0.1)
+        stop.set()
+        bind_ts: dict[str, float] = {}
+        succeeded = 0
+        # follow, not read(): read() waits for the high watermark, which a log ending with a
+        # transaction marker never delivers
+        reader = CacheLogReader(settings)
+        for entry in reader.follow(start, stop=threading.Event(), tick_s=0.5):
+            if entry is None:
+                break
+            if isinstance(entry.record, Bind) and entry.record.pod in uids:
+                bind_ts[uids[entry.record.pod]] = entry.timestamp_ms / 1000
+            elif isinstance(entry.record, BindSucceeded) and entry.record.pod in uids:
+                succeeded += 1
+        first = min(bind_ts.values())
+        last = max(bound_at[n] for n in names if n in bound_at)
+        latencies = [(bound_at[n] - bind_ts[n]) * 1000 for n in names if n in bound_at and n in bind_ts]
+        return {
+            "workers": workers,
+            "threads": threads,
+            "pods": pods,
+            "bound": sum(1 for n in names if n in bound_at),
+            "bind_succeeded_records_seen": succeeded,
+            "binds_per_s": round(len(latencies) / (last - first), 1),
+            "latency_ms_p50": round(_pct(latencies, 50), 1),
+            "latency_ms_p99": round(_pct(latencies, 99), 1),
+            "seconds": round(last - first, 2),
+        }
+    finally:
+        stop.set()
+        service.close()
+        ingest.close()
+        drop_topics(settings)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pods", type=int, default=2000)
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--threads", type=int, default=32)
+    args = parser.parse_args()
+    base = settings_from()
+    api = KubeApi(base.kubeconfig, pool_size=8)
+    ns = f"bench-bind-{uuid.uuid4().hex[:6]}"
+    api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    nodes = [f"{ns}-n{i}" for i in range(args.nodes)]
+    for name in nodes:
+        api.request("POST", "/api/v1/nodes", _node(name))
+    try:
+        for workers in (int(w) for w in args.workers.split(",")):
+            print(json.dumps(run(api, base, ns, nodes, args.pods, workers, args.threads)), flush=True)
+    finally:
+        api.call("DELETE", f"/api/v1/namespaces/{ns}/pods", gracePeriodSeconds=0)
+        api.call("DELETE", f"/api/v1/namespaces/{ns}")
+        for name in nodes:
+            api.call("DELETE", f"/api/v1/nodes/{name}")
+
+
+if __name__ == "__main__":
+    main()
