@@ -58,7 +58,7 @@ def _pods(env: Env, count: int) -> dict[str, str]:
 def test_sigkill_in_the_middle_of_a_batch_then_restart(env: Env, ingest):
     nodes = [env.node(f"n{i}") for i in range(4)]
     uids = _pods(env, 200)
-    proc = _start(env, "--instance", "crash", "--workers", "1", "--threads", "4")
+    proc = _start(env, "--instance", "crash", "--workers", "1", "--threads", "1")  # slow: kill mid-batch
     try:
         writer = CacheLogWriter(env.settings)
         placement = {}
