@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from binder import metrics, txn
 from projector.state import CacheState, FoldConfig
 from schemas import BadRecord, Bind, BindCommand, CodecError, Evict, EvictCommand, LogRecord, decode, encode
+from strata.cachelog import check_contiguous
 from strata.config import Settings
 from strata.topics import MAX_MESSAGE_BYTES, TopicNames
 
@@ -164,6 +165,7 @@ class Dispatcher:
         if offset < self.next_offset:
             return  # fetched before a rewind
         assert self.state is not None
+        check_contiguous(self.cache_log, offset, self.state.version)
         record = _decode(msg.value() or b"", offset)
         outcome = self.state.apply(record)
         self._begin()

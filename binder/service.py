@@ -29,15 +29,15 @@ BIND = WorkSpec(
     work="bind",
     group="binder",
     command_type=BindCommand,
-    succeeded=lambda c: BindSucceeded(pod=c.pod_uid, node=c.node),
-    failed=lambda c, reason: BindFailed(pod=c.pod_uid, reason=reason),
+    succeeded=lambda c: BindSucceeded(pod=c.pod_uid, node=c.node, bind_offset=c.log_offset),
+    failed=lambda c, reason: BindFailed(pod=c.pod_uid, reason=reason, bind_offset=c.log_offset),
 )
 EVICT = WorkSpec(
     work="evict",
     group="evictor",
     command_type=EvictCommand,
-    succeeded=lambda c: EvictSucceeded(pod=c.pod_uid),
-    failed=lambda c, reason: EvictFailed(pod=c.pod_uid, reason=reason),
+    succeeded=lambda c: EvictSucceeded(pod=c.pod_uid, evict_offset=c.log_offset),
+    failed=lambda c, reason: EvictFailed(pod=c.pod_uid, reason=reason, evict_offset=c.log_offset),
 )
 SPECS: dict[str, WorkSpec] = {"bind": BIND, "evict": EVICT}
 

@@ -1,17 +1,22 @@
-"""A command worker: consume commands, carry them out, write every consequence in one transaction.
+"""A command worker: consume commands, carry them out, write their consequences, then commit.
 
 One worker per (work, stage): the command topic (``role`` w0, w1, ...) or one retry tier. Per
 batch (up to ``batch_max`` commands or ``window_s`` of waiting):
 
 1. decode; a message that does not decode goes to the dead-letter topic (no retry can fix bytes);
 2. carry out the commands concurrently on a thread pool, the commands of one pod in order;
-3. in ONE transaction: the outcome records into the cache log, forwards to the next retry tier
-   or the DLT, and the consumer offsets (KIP-447: ``consumer_group_metadata``).
+3. append the outcome records to the cache log (idempotent producer, flushed);
+4. in ONE transaction on the work topics: forwards to the next retry tier or the DLT, and the
+   consumer offsets (KIP-447: ``consumer_group_metadata``).
 
-So each command has exactly one committed consequence, however often the process dies: a crash
-before the commit redelivers the batch, and the actions are idempotent (a bind already done
-answers 409 with the same node, which is success). Outcome records must not be duplicated: a
-second BIND_FAILED for a pod could revert a later, admitted BIND of it.
+The cache log takes no transactions: a transaction's markers would take offsets there (and a
+snapshot's version is its offset + 1), and an open transaction would hold back every
+read_committed reader of the single partition until it ends. So an outcome is written at least
+once: a crash between steps 3 and 4 redelivers the batch, the actions are idempotent (a bind
+already done answers 409 with the same node, which is success), and the outcome is written
+again. That is harmless by construction: each outcome names the offset of its BIND or EVICT, and
+the fold reverts only the overlay that record laid, so a repeated BIND_FAILED cannot undo a later
+bind of the same pod; successes change no state.
 
 A retry tier holds commands back for its delay: it pauses a partition whose head is not due yet
 (record timestamp + delay), seeks back to it and keeps polling; it resumes once due.
@@ -33,7 +38,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from binder import metrics, txn
 from binder.actions import Action, Result
 from schemas import CodecError, LogRecord, decode, encode
-from strata.cachelog import record_key
+from strata.cachelog import Publisher, record_key
 from strata.config import Settings
 from strata.topics import TopicNames, Work
 
@@ -126,6 +131,7 @@ class CommandWorker:
         self._paused: dict[tuple[str, int], int] = {}  # partition -> due (ms) of its held-back head
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
+        self._outcomes = Publisher(settings)  # into the cache log: idempotent, never transactional
         self.processed = 0
 
     # -------------------------------------------------------------------------------- loop
@@ -261,9 +267,8 @@ class CommandWorker:
         txn.call(producer.begin_transaction)
         # Offsets first, records after. The offset commit can wait on a rebalance (which this
         # consumer joins only when it polls again): it must not do so while the transaction holds
-        # records in the cache log, because until the transaction ends every read_committed reader
-        # of the log stops there (the last stable offset). It gets one short try; a failure aborts
-        # and the batch is redone after the rebalance.
+        # forwarded records, which read_committed tier workers could not read past meanwhile. It
+        # gets one short try; a failure aborts and the batch is redone after the rebalance.
         txn.call(
             lambda: producer.send_offsets_to_transaction(
                 [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
@@ -275,6 +280,7 @@ class CommandWorker:
         counts: list[tuple[Any, ...]] = []
         for item in items:
             counts += self._route(producer, item)
+        self._outcomes.flush()  # every outcome is in the cache log before the batch counts as done
         txn.call(lambda: producer.commit_transaction(30.0))
         # counted only once committed: an aborted batch is redone and would count twice
         for counter, *labels in counts:
@@ -301,7 +307,7 @@ class CommandWorker:
         return [(metrics.DEAD_LETTERS, work, cause), (metrics.OUTCOMES, work, "failed")]
 
     def _outcome(self, producer: Producer, record: LogRecord) -> None:
-        txn.produce(producer, self.cache_log, encode(record), key=record_key(record))
+        self._outcomes.publish(self.cache_log, encode(record), key=record_key(record))
 
     def _forward(self, producer: Producer, msg: Message, topic: str, error: str, reason: str = "") -> None:
         old = dict(msg.headers() or [])

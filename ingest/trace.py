@@ -41,6 +41,20 @@ SCHEDULER_RECORDS: dict[str, tuple[type, tuple[str, ...], tuple[str, ...]]] = {
     "EVICT_SUCCEEDED": (EvictSucceeded, ("pod",), ()),
     "SYNCED": (Synced, ("kind",), ()),
 }
+# Strata's own optional fields beyond the trace format (written by `strata log dump`): the
+# offset of the BIND or EVICT that an outcome answers. Any other value than an integer is ignored.
+OFFSET_FIELDS: dict[str, str] = {
+    "BIND_FAILED": "bind_offset",
+    "BIND_SUCCEEDED": "bind_offset",
+    "EVICT_FAILED": "evict_offset",
+    "EVICT_SUCCEEDED": "evict_offset",
+}
+
+
+def offset_field(value: dict[str, Any], kind: str) -> int | None:
+    name = OFFSET_FIELDS.get(kind)
+    found = value.get(name) if name else None
+    return found if type(found) is int and found >= 0 else None
 
 
 class BadLine(ValueError):
@@ -95,6 +109,9 @@ def record_from_json(value: Any, source: str) -> LogRecord:
         for name in optional:
             if value.get(name) is not None:
                 fields[name] = _string(value, name, kind)
+        origin = offset_field(value, kind)
+        if origin is not None:
+            fields[OFFSET_FIELDS[kind]] = origin
         return cls(**fields)
     raise BadLine(f"unknown record type {kind!r}")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.trace import SCHEDULER_RECORDS, WATCH_OPS, BadLine, check_watch, record_from_json
+from ingest.trace import SCHEDULER_RECORDS, WATCH_OPS, BadLine, check_watch, offset_field, record_from_json
 from projector.kinds import KINDS
 from projector.state import APPLIED, CacheState, FoldConfig, Outcome
 from schemas import objectjson
@@ -64,11 +64,11 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
             if op == "BIND":
                 return state.bind(value["pod"], value["node"])
             if op == "BIND_FAILED":
-                return state.bind_failed(value["pod"])
+                return state.bind_failed(value["pod"], offset_field(value, op))
             if op == "EVICT":
                 return state.evict(value["pod"])
             if op == "EVICT_FAILED":
-                return state.evict_failed(value["pod"])
+                return state.evict_failed(value["pod"], offset_field(value, op))
             if op == "SYNCED":
                 return state.mark_synced(value["kind"])
             return state.informational()

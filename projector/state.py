@@ -79,7 +79,8 @@ class CacheState:
         # Plain dicts where no snapshot looks: only what a Snapshot holds pays for copy-on-write.
         self.pods: dict[tuple[str, str], PodView] = {}  # the latest stored pod, derived
         self.pod_uids: dict[str, tuple[str, str]] = {}
-        self.overlays: dict[str, str] = {}  # uid -> Binding | Releasing
+        # uid -> (Binding | Releasing, offset of the BIND or EVICT that laid it)
+        self.overlays: dict[str, tuple[str, int]] = {}
         self.tasks: CowMap[str, PodView] = CowMap()  # the effective task of each accepted pod
         self.node_used: CowMap[str, dict[str, int]] = CowMap()
         self.nodes: CowMap[str, kinds.NodeView] = CowMap()
@@ -92,6 +93,7 @@ class CacheState:
         self.default_priority = 0
         self.hypernodes: CowMap[str, kinds.HyperNodeView] = CowMap()
         self.synced: set[str] = set()  # kinds a watch adapter has listed in full; not in the snapshot
+        self.last_object: Any = None  # the parsed object of the last watch event ``apply`` saw
 
     # ------------------------------------------------------------------------------ records
     def apply(self, record: LogRecord) -> Outcome:
@@ -101,16 +103,18 @@ class CacheState:
                 obj = objectjson.loads(record.object)
             except ValueError as exc:
                 self.version += 1
+                self.last_object = None
                 return Outcome("bad", f"object is not JSON: {exc}")
+            self.last_object = obj  # for observers of the fold (the audit index): parsed once
             return self.apply_watch(record.op, obj)
         if isinstance(record, Bind):
             return self.bind(record.pod, record.node)
         if isinstance(record, BindFailed):
-            return self.bind_failed(record.pod)
+            return self.bind_failed(record.pod, record.bind_offset)
         if isinstance(record, Evict):
             return self.evict(record.pod)
         if isinstance(record, EvictFailed):
-            return self.evict_failed(record.pod)
+            return self.evict_failed(record.pod, record.evict_offset)
         if isinstance(record, Synced):
             return self.mark_synced(record.kind)
         if isinstance(record, (BindSucceeded, EvictSucceeded)):
@@ -124,17 +128,17 @@ class CacheState:
         self.version += 1
         return self._bind(pod, node)
 
-    def bind_failed(self, pod: str) -> Outcome:
+    def bind_failed(self, pod: str, bind_offset: int | None = None) -> Outcome:
         self.version += 1
-        return self._revert(pod, BINDING)
+        return self._revert(pod, BINDING, bind_offset)
 
     def evict(self, pod: str) -> Outcome:
         self.version += 1
         return self._evict(pod)
 
-    def evict_failed(self, pod: str) -> Outcome:
+    def evict_failed(self, pod: str, evict_offset: int | None = None) -> Outcome:
         self.version += 1
-        return self._revert(pod, RELEASING)
+        return self._revert(pod, RELEASING, evict_offset)
 
     def mark_synced(self, kind: str) -> Outcome:
         """SYNCED: a version, no change to the snapshot; a replica's wait_for_cache_sync reads it."""
@@ -311,7 +315,7 @@ class CacheState:
             if task.resreq.get(k, 0) > allocatable.get(k, 0) - used.get(k, 0):
                 return Outcome("rejected", f"{k} does not fit on node {node}")
         self._set_task(uid, task, task._replace(status=BINDING, node=node))
-        self.overlays[uid] = BINDING
+        self.overlays[uid] = (BINDING, self.version - 1)
         return APPLIED
 
     def _evict(self, uid: str) -> Outcome:
@@ -323,12 +327,17 @@ class CacheState:
         if not task.node:
             return Outcome("rejected", "the task is on no node")
         self._set_task(uid, task, task._replace(status=RELEASING))
-        self.overlays[uid] = RELEASING
+        self.overlays[uid] = (RELEASING, self.version - 1)
         return APPLIED
 
-    def _revert(self, uid: str, overlay: str) -> Outcome:
-        if self.overlays.get(uid) != overlay:
+    def _revert(self, uid: str, overlay: str, origin: int | None) -> Outcome:
+        laid = self.overlays.get(uid)
+        if laid is None or laid[0] != overlay:
             return Outcome("ignored", f"task is not under a {overlay} overlay")
+        # A failure that names its BIND/EVICT reverts only the overlay that record laid: a binder
+        # that writes its outcome again after a crash, or late, cannot undo a newer bind.
+        if origin is not None and laid[1] != origin:
+            return Outcome("ignored", f"the {overlay} overlay was laid at offset {laid[1]}, not {origin}")
         pod = self.pods[self.pod_uids[uid]]
         self._set_task(uid, self.tasks.get(uid), pod)
         del self.overlays[uid]

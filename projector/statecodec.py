@@ -39,7 +39,7 @@ def encode(state: CacheState) -> bytes:
         "version": state.version,
         "pods": [[list(k), list(v)] for k, v in sorted(state.pods.items())],
         "tasks": tasks,
-        "overlays": sorted(state.overlays.items()),
+        "overlays": [[uid, overlay, origin] for uid, (overlay, origin) in sorted(state.overlays.items())],
         "nodeUsed": _rows(state.node_used),
         "nodes": [[k, list(v._replace(taints=[list(t) for t in v.taints]))] for k, v in sorted(state.nodes.items())],
         "nodeSeq": _rows(state.node_seq),
@@ -74,8 +74,9 @@ def decode(data: bytes) -> CacheState:
         state.pod_uids[pod.uid] = (ns, name)
     for uid, task in doc["tasks"]:
         state.tasks[uid] = state.pods[state.pod_uids[uid]] if task is None else kinds.PodView(*task)
-    for uid, overlay in doc["overlays"]:
-        state.overlays[uid] = overlay
+    for uid, *overlay in doc["overlays"]:
+        # before origins were kept a row was [uid, overlay]: -1 matches no offset a failure names
+        state.overlays[uid] = (overlay[0], overlay[1] if len(overlay) > 1 else -1)
     for node, used in doc["nodeUsed"]:
         state.node_used[node] = used
     for name, v in doc["nodes"]:

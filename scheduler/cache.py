@@ -26,7 +26,7 @@ from scheduler.event_recorder import ApiEventRecorder, job_status_event
 from scheduler.interface import BindContext, BindResult, EvictResult, JobStatus, QueueStatus
 from scheduler.status_updater import StatusUpdater
 from schemas import Bind, Evict
-from strata.cachelog import CacheLogWriter
+from strata.cachelog import CacheLogWriter, check_contiguous
 from strata.config import Settings
 from strata.errors import StrataError
 
@@ -80,6 +80,7 @@ class LogCache:
             for entry in self.runner.reader.follow(state.version, stop):
                 if entry is None:
                     continue
+                check_contiguous(self.runner.reader.topic, entry.offset, state.version)
                 with self._changed:
                     outcome = state.apply(entry.record)
                     if isinstance(entry.record, (Bind, Evict)) and entry.record.replica == self.replica:

@@ -49,6 +49,7 @@ class BindFailed:
     TYPE: ClassVar[str] = "BIND_FAILED"
     pod: str
     reason: str | None = None
+    bind_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class EvictFailed:
     TYPE: ClassVar[str] = "EVICT_FAILED"
     pod: str
     reason: str | None = None
+    evict_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,7 @@ class BindSucceeded:
     TYPE: ClassVar[str] = "BIND_SUCCEEDED"
     pod: str
     node: str
+    bind_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ class EvictSucceeded:
     SCHEMA: ClassVar[str] = "strata.log.EvictSucceeded"
     TYPE: ClassVar[str] = "EVICT_SUCCEEDED"
     pod: str
+    evict_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -45,7 +45,12 @@ def as_trace_line(record: LogRecord) -> bytes:
             return record.raw  # the original line: still bad, in its place
         return json.dumps({"type": "BAD", "error": record.error, "source": record.source}).encode()
     body: dict[str, Any] = {"type": record.TYPE}
-    body.update({f.name: getattr(record, f.name) for f in fields(record) if getattr(record, f.name) is not None})
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, Mapping):
+            value = dict(value) or None  # extensions: only when there are some
+        if value is not None:
+            body[f.name] = value
     return objectjson.dumps(body)
 
 

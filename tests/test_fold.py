@@ -257,3 +257,46 @@ def test_synced_kinds_are_kept_and_survive_a_checkpoint():
     state, _ = replay_bytes(b'{"type":"SYNCED","kind":"Pod"}\n{"type":"SYNCED","kind":"Node"}\n')
     assert state.synced == {"Pod", "Node"} and state.version == 2
     assert statecodec.decode(statecodec.encode(state)).synced == {"Pod", "Node"}
+
+
+def test_a_failure_that_names_its_bind_reverts_only_that_binds_overlay():
+    state = CacheState()
+    state.apply(_event("ADDED", NODE))
+    pg = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "ns"},
+    }
+    state.apply(_event("ADDED", pg))  # an EVICT needs the task's PodGroup
+    state.apply(_event("ADDED", _pod("a")))
+    first = state.version  # the offset the next record takes
+    assert state.apply(Bind("a", "n1")).result == "applied"
+    assert state.apply(BindFailed("a", "gone", bind_offset=first)).result == "applied"
+    again = state.version
+    assert state.apply(Bind("a", "n1")).result == "applied"
+    # the binder wrote its first failure twice (a crash before it committed): no effect now
+    late = state.apply(BindFailed("a", "gone", bind_offset=first))
+    assert late.result == "ignored" and f"offset {again}" in late.reason
+    assert state.tasks["a"].status == "Binding"
+    evicted = state.version
+    assert state.apply(Evict("a")).result == "applied"
+    assert state.apply(EvictFailed("a", evict_offset=evicted - 1)).result == "ignored"
+    assert state.apply(EvictFailed("a", evict_offset=evicted)).result == "applied"
+    # a failure without an offset (the trace format's) follows the spec: any overlay of its kind
+    assert state.apply(Bind("a", "n1")).result == "applied"
+    assert state.apply(BindFailed("a")).result == "applied"
+    restored = statecodec.decode(statecodec.encode(state))
+    assert restored.overlays == state.overlays
+
+
+def test_dumped_offsets_replay_like_the_log():
+    lines = [
+        json.dumps({"type": "ADDED", "object": NODE}),
+        json.dumps({"type": "ADDED", "object": _pod("a")}),
+        '{"type":"BIND","pod":"a","node":"n1"}',
+        '{"type":"BIND_FAILED","pod":"a","bind_offset":2}',
+        '{"type":"BIND","pod":"a","node":"n1"}',
+        '{"type":"BIND_FAILED","pod":"a","bind_offset":2}',
+    ]
+    state, _ = replay_bytes("\n".join(lines).encode())
+    assert state.tasks["a"].status == "Binding"
