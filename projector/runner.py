@@ -14,11 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from projector import statecodec
+from projector import audit, statecodec
+from projector.auditstore import AuditIndex
 from projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
 from projector.state import CacheState, FoldConfig
-from strata.cachelog import CacheLogReader, Publisher
+from strata.cachelog import CacheLogReader, Publisher, check_contiguous
 from strata.config import Settings
+
+AUDIT_BATCH = 20_000  # entries written at once when no checkpoint comes first
 
 
 @dataclass
@@ -58,7 +61,10 @@ class LogRunner:
         """The state after records 0..end-1: a checkpoint at or below ``end`` plus the tail."""
         state = self.restore(at_or_below=end)
         for entry in self.reader.read(start=state.version, end=end):
+            check_contiguous(self.reader.topic, entry.offset, state.version)
             state.apply(entry.record)
+        if state.version < end:
+            check_contiguous(self.reader.topic, end, state.version)
         return state
 
     def checkpoint(self, state: CacheState) -> CheckpointInfo:
@@ -80,21 +86,40 @@ class LogRunner:
         every_seconds: float = 60.0,
         report: Callable[[Progress], None] = lambda p: None,
         report_seconds: float = 5.0,
+        audit_index: AuditIndex | None = None,
     ) -> CacheState:
-        """Apply records as they arrive until ``stop`` is set; checkpoint on the way and at the end."""
-        state = self.restore()
+        """Apply records as they arrive until ``stop`` is set; checkpoint on the way and at the end.
+
+        With ``audit_index``, every record's audit entry is written too (with each checkpoint, in
+        batches); a projector whose index lags its checkpoints starts from an older one.
+        """
+        state = self.restore(at_or_below=audit_index.indexed_to(self.identity) if audit_index else None)
         progress = Progress(state.version, self.reader.end_offset())
         saved_version = state.version
         last_checkpoint = last_report = time.monotonic()
+        pending: list[audit.AuditEntry] = []
         for entry in self.reader.follow(state.version, stop):
             if entry is not None:
-                if state.apply(entry.record).result == "bad":
+                check_contiguous(self.reader.topic, entry.offset, state.version)
+                ctx = audit.context(state, entry.record) if audit_index else None
+                outcome = state.apply(entry.record)
+                if outcome.result == "bad":
                     progress.bad += 1
+                if audit_index is not None:
+                    pending.append(
+                        audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object)
+                    )
+                    if len(pending) >= AUDIT_BATCH:
+                        audit_index.write(self.identity, pending, state.version)
+                        pending.clear()
                 progress.version = state.version
             now = time.monotonic()
             due = state.version - saved_version >= every_records or (
                 now - last_checkpoint >= every_seconds and state.version != saved_version
             )
+            if (due or (pending and entry is None)) and audit_index is not None:
+                audit_index.write(self.identity, pending, state.version)
+                pending.clear()
             if due:
                 self.checkpoint(state)
                 progress.checkpoints += 1
@@ -103,6 +128,8 @@ class LogRunner:
                 progress.end = max(self.reader.end_offset(), state.version)
                 report(progress)
                 last_report = now
+        if audit_index is not None and pending:
+            audit_index.write(self.identity, pending, state.version)
         if state.version != saved_version:
             self.checkpoint(state)
             progress.checkpoints += 1

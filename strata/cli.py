@@ -376,16 +376,26 @@ db_option = click.option(
     help="... or after T seconds with new records",
 )
 @click.option("--stop-at-end", is_flag=True, help="stop once the log's end (as of the start) is applied")
+@click.option(
+    "--audit/--no-audit",
+    default=True,
+    show_default=True,
+    help="keep the audit index (strata history, strata story) in the checkpoint database",
+)
 @db_option
 @kafka_options
 @fold_options
-def project(settings: Settings, fold: Any, checkpoint_every: int, checkpoint_seconds: float, stop_at_end: bool) -> None:
+def project(
+    settings: Settings, fold: Any, checkpoint_every: int, checkpoint_seconds: float, stop_at_end: bool, audit: bool
+) -> None:
     """Follow the cache log: restore the newest checkpoint, apply records as they arrive, checkpoint.
 
     Stops cleanly (with a final checkpoint) on SIGTERM or Ctrl-C.
     """
     import signal
     import threading
+
+    from projector.auditstore import AuditIndex
 
     runner = log_runner(settings, fold, quarantine=True)
     stop = threading.Event()
@@ -406,6 +416,7 @@ def project(settings: Settings, fold: Any, checkpoint_every: int, checkpoint_sec
         every_seconds=checkpoint_seconds,
         report=report,
         report_seconds=1.0 if target is not None else 5.0,
+        audit_index=AuditIndex(runner.store.engine) if audit else None,
     )
     click.echo(f"stopped at version {state.version}", err=True)
 

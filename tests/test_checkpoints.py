@@ -180,12 +180,20 @@ def test_migrations_create_the_schema_on_an_empty_database_and_are_idempotent(
 
         with engine.connect() as conn:
             assert MigrationContext.configure(conn).get_current_heads() == (head,)
-            assert sorted(inspect(conn).get_table_names()) == ["alembic_version", "checkpoints"]
+            assert sorted(inspect(conn).get_table_names()) == [
+                "alembic_version",
+                "audit_logs",
+                "audit_records",
+                "audit_subjects",
+                "checkpoints",
+            ]
             unique = inspect(conn).get_unique_constraints("checkpoints")
             assert [(u["name"], u["column_names"]) for u in unique] == [
                 ("uq_checkpoints_topic_cluster_id_fold_version", ["topic", "cluster_id", "fold", "version"])
             ]
-            # the migrations build exactly what the models describe
+            # the migrations build exactly what the models describe (the audit's models too)
+            import projector.auditstore  # noqa: F401
+
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:
         engine.dispose()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
+import projector.auditstore  # noqa: F401  (its tables join Base.metadata for autogenerate)
 from projector.sqlstore import Base, open_engine
 
 
