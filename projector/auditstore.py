@@ -156,4 +156,4 @@ class AuditIndex:
             if high is not None:
                 query = query.where(column <= high)
         with self.engine.connect() as conn:
-            return [AuditRow(r.offset, r.time_ms, r.type, json.loads(r.summary)) for r in conn.execute(query).scalars()]
+            return [AuditRow(r.offset, r.time_ms, r.type, json.loads(r.summary)) for r in conn.execute(query)]

@@ -182,6 +182,22 @@ class CacheLogReader:
                     raise
                 time.sleep(0.1)
 
+    def version_at_time(self, time_ms: int, timeout_s: float = 10.0) -> int:
+        """Records stamped at or before ``time_ms``: the version of the cache at that moment.
+
+        Kafka's offsets-for-times answers the first offset stamped at or after a time; the broker
+        stamps the cache log (LogAppendTime), so stamps never go backwards along the offsets.
+        """
+        consumer = self._consumer()
+        try:
+            end = self._high_watermark(consumer, timeout_s)
+            (found,) = consumer.offsets_for_times([TopicPartition(self.topic, 0, time_ms + 1)], timeout=timeout_s)
+            if found.error is not None:
+                raise StrataError(f"offsets for times on {self.topic}: {found.error}")
+            return end if found.offset < 0 else found.offset  # -1: nothing stamped after the time
+        finally:
+            consumer.close()
+
     def cluster_id(self, timeout_s: float = 10.0) -> str:
         metadata = AdminClient(self.settings.client_config()).list_topics(timeout=timeout_s)
         if self.topic not in metadata.topics:

@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from strata import __version__
-from strata.cliopts import StrataGroup, fold_options, kafka_options, log_runner, output_option
+from strata.cliopts import StrataGroup, db_option, fold_options, kafka_options, log_runner, output_option
 from strata.config import Settings, settings_from
 from strata.errors import StrataError
 
@@ -351,13 +351,6 @@ def gen(nodes: int, pods: int, queues: int, churn: float, replicas: int, seed: i
 
 
 # ---------------------------------------------------------------------------- project, snapshot
-db_option = click.option(
-    "--db-url",
-    metavar="URL",
-    help="checkpoint store (SQLAlchemy URL)  [env: STRATA_DB_URL; default: SQLite under the data dir]",
-)
-
-
 @main.command()
 @click.option(
     "--checkpoint-every",
@@ -428,19 +421,31 @@ def project(
     metavar="N",
     help="the cache after the record at offset N (version N+1); default: the log's end now",
 )
+@click.option(
+    "--at",
+    "at_time",
+    metavar="TIME",
+    help="the cache as of an ISO-8601 time: after the last record stamped at or before it",
+)
 @output_option
 @click.option("--digest", is_flag=True, help="print only the SHA-256 digest of the canonical snapshot")
 @db_option
 @kafka_options
 @fold_options
-def snapshot(settings: Settings, fold: Any, at_offset: int | None, output: str, digest: bool) -> None:
+def snapshot(
+    settings: Settings, fold: Any, at_offset: int | None, at_time: str | None, output: str, digest: bool
+) -> None:
     """Print the snapshot of the cache log, from the newest checkpoint at or below the target."""
+    from strata.history import Position, version_at
+
+    if at_offset is not None and at_time is not None:
+        raise click.UsageError("give --at-offset or --at, not both")
     runner = log_runner(settings, fold)
     end = runner.reader.end_offset()
     if at_offset is not None:
-        if at_offset >= end:
-            raise StrataError(f"offset {at_offset} is beyond the log's end ({end} records)")
-        end = at_offset + 1
+        end = version_at(runner.reader, Position(offset=at_offset), end)
+    elif at_time is not None:
+        end = version_at(runner.reader, Position.parse(at_time), end)
     _print_snapshot(runner.state_at(end).snapshot(), output, digest)
 
 
@@ -468,10 +473,11 @@ def verify(settings: Settings, fold: Any, against_cluster: bool) -> None:
 
 # Command groups with modules of their own.
 from strata.cli_archive import export, restore  # noqa: E402
+from strata.cli_audit import diff, history, story  # noqa: E402
 from strata.cli_binder import bind, evict  # noqa: E402
 from strata.cli_scheduler import schedule  # noqa: E402
 
-for _command in (bind, evict, schedule, export, restore):
+for _command in (bind, evict, schedule, export, restore, history, story, diff):
     main.add_command(_command)
 
 if __name__ == "__main__":

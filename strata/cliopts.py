@@ -110,6 +110,11 @@ def fold_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+db_option = click.option(
+    "--db-url",
+    metavar="URL",
+    help="checkpoint store (SQLAlchemy URL)  [env: STRATA_DB_URL; default: SQLite under the data dir]",
+)
 output_option = click.option("--output", "-o", type=click.Choice(["json", "table"]), default="json", show_default=True)
 
 
