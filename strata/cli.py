@@ -263,9 +263,12 @@ def demo(settings: Settings, trace: Path | None) -> None:
 @click.option("--strict", is_flag=True, help="stop with an error at the first bad record")
 @fold_options
 def replay(trace: Path, until: int | None, output: str, digest: bool, strict: bool, fold: Any) -> None:
-    """Fold a trace (JSON lines) offline into the snapshot, with no Kafka."""
+    """Fold a trace (JSON lines) or an archive directory (`strata export`) offline, with no Kafka."""
     from projector.replay import StrictStop, replay_file
 
+    if trace.is_dir():
+        _print_snapshot(_replay_archive(trace, until, strict, fold), output, digest)
+        return
     try:
         size = trace.stat().st_size
     except OSError as exc:
@@ -280,6 +283,23 @@ def replay(trace: Path, until: int | None, output: str, digest: bool, strict: bo
     if report.bad:
         click.echo(f"{len(report.bad)} bad record(s) of {report.records}", err=True)
     _print_snapshot(state.snapshot(), output, digest)
+
+
+def _replay_archive(directory: Path, until: int | None, strict: bool, fold: Any) -> Any:
+    from projector.replay import StrictStop
+    from strata.archive import archive_bytes, fold_archive
+
+    started = time.monotonic()
+    with _progress(archive_bytes(directory), f"replaying {directory}") as advance:
+        try:
+            state, report = fold_archive(directory, fold, until, strict=strict, progress=advance)
+        except StrictStop as exc:
+            raise StrataError(f"{directory}: {str(exc).replace('line ', 'offset ', 1)}") from exc
+    for offset, error in report.bad:
+        click.echo(f"{directory}: offset {offset}: bad record: {error}", err=True)
+    took = max(time.monotonic() - started, 1e-9)
+    click.echo(f"replayed {report.records} records in {took:.1f} s ({report.records / took:,.0f} records/s)", err=True)
+    return state.snapshot()
 
 
 def _print_snapshot(snapshot: Any, output: str, digest: bool) -> None:
@@ -451,13 +471,31 @@ def snapshot(
 
 # ------------------------------------------------------------------------------------- verify
 @main.command()
-@click.option("--against-cluster", is_flag=True, required=True, help="compare with a fresh LIST of the cluster")
+@click.option("--against-cluster", is_flag=True, help="compare the log's snapshot with a fresh LIST of the cluster")
+@click.option(
+    "--archive",
+    type=click.Path(path_type=Path, file_okay=False),
+    metavar="DIR",
+    help="check an archive: its manifest, every file's SHA-256, and the digests by folding it again",
+)
 @click.option("--kubeconfig", metavar="FILE", help="the cluster  [env: KUBECONFIG]")
 @db_option
 @kafka_options
 @fold_options
-def verify(settings: Settings, fold: Any, against_cluster: bool) -> None:
-    """Print every difference between the log's snapshot and the cluster; exit 1 when they differ."""
+def verify(settings: Settings, fold: Any, against_cluster: bool, archive: Path | None) -> None:
+    """Check the log against the cluster, or an archive against itself; exit 1 on any difference."""
+    if against_cluster + (archive is not None) != 1:
+        raise click.UsageError("give one of --against-cluster, --archive DIR")
+    if archive is not None:
+        from strata.archive import verify_archive
+
+        problems = verify_archive(archive)
+        for line in problems:
+            click.echo(line)
+        click.echo(f"{len(problems)} problem(s) in the archive {archive}", err=True)
+        if problems:
+            sys.exit(1)
+        return
     from ingest.kube import KubeApi
     from strata.verify import cluster_snapshot, differences
 

@@ -272,9 +272,21 @@ def test_export_and_restore_commands(kafka: Settings, tmp_path: Path):
     )
     other = {**env, "STRATA_TOPIC_PREFIX": f"{kafka.topic_prefix}restored."}
     assert "--force" in one_error_line(run("export", "--to", str(archive), env=other))
+    # strata replay DIR and strata verify --archive DIR
+    assert (
+        run("replay", "--digest", str(archive)).stdout
+        == run("replay", "--digest", str(CONFORMANCE / "c04.jsonl")).stdout
+    )
+    assert run("replay", "--digest", "--until", "500", str(archive)).stdout == (
+        run("replay", "--digest", "--until", "500", str(CONFORMANCE / "c04.jsonl")).stdout
+    )
+    verified = run("verify", "--archive", str(archive))
+    assert verified.returncode == 0 and "0 problem(s)" in verified.stderr
     flip_one_byte(archive / "cache-log-000000000000-000000000399.avro", 100)
     line = one_error_line(
         run("restore", "--from", str(archive), env={**env, "STRATA_TOPIC_PREFIX": f"{kafka.topic_prefix}x."})
     )
     assert "cache-log-000000000000-000000000399.avro" in line
+    broken = run("verify", "--archive", str(archive))
+    assert broken.returncode == 1 and "cache-log-000000000000-000000000399.avro" in broken.stdout
     assert run("export", "--to", str(archive), "--codec", "lz4", env=env).returncode == 2
