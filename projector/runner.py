@@ -20,6 +20,7 @@ from projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, Lo
 from projector.state import CacheState, FoldConfig
 from strata.cachelog import CacheLogReader, Publisher, check_contiguous
 from strata.config import Settings
+from strata.digests import DigestReporter
 
 AUDIT_BATCH = 20_000  # entries written at once when no checkpoint comes first
 
@@ -87,6 +88,7 @@ class LogRunner:
         report: Callable[[Progress], None] = lambda p: None,
         report_seconds: float = 5.0,
         audit_index: AuditIndex | None = None,
+        digests: DigestReporter | None = None,
     ) -> CacheState:
         """Apply records as they arrive until ``stop`` is set; checkpoint on the way and at the end.
 
@@ -113,6 +115,8 @@ class LogRunner:
                         audit_index.write(self.identity, pending, state.version)
                         pending.clear()
                 progress.version = state.version
+                if digests is not None and digests.due(state.version):
+                    digests.offer(state.snapshot())
             now = time.monotonic()
             due = state.version - saved_version >= every_records or (
                 now - last_checkpoint >= every_seconds and state.version != saved_version
@@ -121,7 +125,9 @@ class LogRunner:
                 audit_index.write(self.identity, pending, state.version)
                 pending.clear()
             if due:
-                self.checkpoint(state)
+                info = self.checkpoint(state)
+                if digests is not None:
+                    digests.report(info.version, info.digest)
                 progress.checkpoints += 1
                 saved_version, last_checkpoint = state.version, now
             if now - last_report >= report_seconds:
@@ -131,8 +137,12 @@ class LogRunner:
         if audit_index is not None and pending:
             audit_index.write(self.identity, pending, state.version)
         if state.version != saved_version:
-            self.checkpoint(state)
+            info = self.checkpoint(state)
             progress.checkpoints += 1
+            if digests is not None:
+                digests.report(info.version, info.digest)
+        if digests is not None:
+            digests.drain()
         progress.end = max(progress.end, state.version)
         report(progress)
         return state

@@ -28,6 +28,7 @@ from scheduler.status_updater import StatusUpdater
 from schemas import Bind, Evict
 from strata.cachelog import CacheLogWriter, check_contiguous
 from strata.config import Settings
+from strata.digests import DigestReporter
 from strata.errors import StrataError
 
 LOG = logging.getLogger("strata.cache")
@@ -60,6 +61,8 @@ class LogCache:
         self._state: CacheState | None = None
         self._snapshot: Snapshot | None = None
         self._outcomes: dict[int, Outcome] = {}  # outcomes of this replica's own records, by offset
+        # divergence detection: this replica's digest at agreed versions, compared with the others'
+        self.digests = DigestReporter(settings, replica, self.runner.fold.identity, settings.digest_every)
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._session_started: float | None = None
@@ -86,6 +89,8 @@ class LogCache:
                     if isinstance(entry.record, (Bind, Evict)) and entry.record.replica == self.replica:
                         self._outcomes[entry.offset] = outcome
                     self._snapshot = None
+                    if self.digests.due(state.version):
+                        self.digests.offer(state.snapshot())
                     self._changed.notify_all()
         except BaseException as exc:  # a waiter must hear of it instead of waiting forever
             LOG.error("replica %s stopped following the cache log: %s", self.replica, exc)

@@ -130,10 +130,19 @@ class EvictCommand:
     replica: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Digest:
+    SCHEMA: ClassVar[str] = "strata.digest.Digest"
+    version: int
+    digest: str
+    replica: str
+    fold: str
+
+
 LogRecord = WatchEvent | Bind | BindFailed | Evict | EvictFailed | BindSucceeded | EvictSucceeded | Synced | BadRecord
 """Everything the cache log holds."""
 
-Record = LogRecord | BindCommand | EvictCommand
+Record = LogRecord | BindCommand | EvictCommand | Digest
 
 RECORD_CLASSES: dict[str, type[Record]] = {
     cls.SCHEMA: cls  # type: ignore[misc]
@@ -149,5 +158,6 @@ RECORD_CLASSES: dict[str, type[Record]] = {
         BadRecord,
         BindCommand,
         EvictCommand,
+        Digest,
     )
 }

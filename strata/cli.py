@@ -390,6 +390,11 @@ def gen(nodes: int, pods: int, queues: int, churn: float, replicas: int, seed: i
 )
 @click.option("--stop-at-end", is_flag=True, help="stop once the log's end (as of the start) is applied")
 @click.option(
+    "--replica",
+    metavar="NAME",
+    help="this projector's name in the digests topic (divergence detection)  [default: projector-HOSTNAME]",
+)
+@click.option(
     "--audit/--no-audit",
     default=True,
     show_default=True,
@@ -399,16 +404,24 @@ def gen(nodes: int, pods: int, queues: int, churn: float, replicas: int, seed: i
 @kafka_options
 @fold_options
 def project(
-    settings: Settings, fold: Any, checkpoint_every: int, checkpoint_seconds: float, stop_at_end: bool, audit: bool
+    settings: Settings,
+    fold: Any,
+    checkpoint_every: int,
+    checkpoint_seconds: float,
+    stop_at_end: bool,
+    audit: bool,
+    replica: str | None,
 ) -> None:
     """Follow the cache log: restore the newest checkpoint, apply records as they arrive, checkpoint.
 
     Stops cleanly (with a final checkpoint) on SIGTERM or Ctrl-C.
     """
     import signal
+    import socket
     import threading
 
     from projector.auditstore import AuditIndex
+    from strata.digests import DigestReporter
 
     runner = log_runner(settings, fold, quarantine=True)
     stop = threading.Event()
@@ -430,6 +443,9 @@ def project(
         report=report,
         report_seconds=1.0 if target is not None else 5.0,
         audit_index=AuditIndex(runner.store.engine) if audit else None,
+        digests=DigestReporter(
+            settings, replica or f"projector-{socket.gethostname()}", fold.identity, settings.digest_every
+        ),
     )
     click.echo(f"stopped at version {state.version}", err=True)
 
@@ -478,14 +494,36 @@ def snapshot(
     metavar="DIR",
     help="check an archive: its manifest, every file's SHA-256, and the digests by folding it again",
 )
+@click.option(
+    "--replicas", is_flag=True, help="compare the digests that projectors and replicas reported for the same versions"
+)
 @click.option("--kubeconfig", metavar="FILE", help="the cluster  [env: KUBECONFIG]")
 @db_option
 @kafka_options
 @fold_options
-def verify(settings: Settings, fold: Any, against_cluster: bool, archive: Path | None) -> None:
-    """Check the log against the cluster, or an archive against itself; exit 1 on any difference."""
-    if against_cluster + (archive is not None) != 1:
-        raise click.UsageError("give one of --against-cluster, --archive DIR")
+def verify(settings: Settings, fold: Any, against_cluster: bool, archive: Path | None, replicas: bool) -> None:
+    """Check the log against the cluster, an archive against itself, or the readers against each other;
+    exit 1 on any difference."""
+    if against_cluster + (archive is not None) + replicas != 1:
+        raise click.UsageError("give one of --against-cluster, --archive DIR, --replicas")
+    if replicas:
+        from strata.digests import compared_versions, divergences, read_digests
+
+        digests = read_digests(settings)
+        found = divergences(digests)
+        for d in found:
+            who = ", ".join(d.dissenters)
+            side = f"disagree with the majority {d.majority[:12]}" if d.majority else "disagree (no majority)"
+            shown = " ".join(f"{r}={v[:12]}" for r, v in d.reports.items())
+            click.echo(f"version {d.version}: {who} {side}: {shown}")
+        readers = len({d.replica for d in digests})
+        click.echo(
+            f"{len(found)} divergent version(s) among {compared_versions(digests)} compared, from {readers} reader(s)",
+            err=True,
+        )
+        if found:
+            sys.exit(1)
+        return
     if archive is not None:
         from strata.archive import verify_archive
 

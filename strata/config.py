@@ -39,6 +39,7 @@ class Settings:
     min_insync_replicas: int = 1
     command_partitions: int = 6
     retry_delays_s: tuple[int, ...] = (1, 10, 60)
+    digest_every: int = 50_000  # readers report their digest at every multiple of this version
 
     def __post_init__(self) -> None:
         if not _TOPIC_PREFIX.match(self.topic_prefix) or len(self.topic_prefix) > 200:
@@ -100,6 +101,7 @@ def settings_from(
         min_insync_replicas=_positive_int(env, "STRATA_MIN_INSYNC_REPLICAS", 1),
         command_partitions=_positive_int(env, "STRATA_COMMAND_PARTITIONS", 6),
         retry_delays_s=_delays(env, "STRATA_RETRY_DELAYS", (1, 10, 60)),
+        digest_every=_positive_int(env, "STRATA_DIGEST_EVERY", 50_000),
     )
 
 

@@ -38,6 +38,10 @@ class TopicNames:
     def quarantine(self) -> str:
         return f"{self.prefix}quarantine"
 
+    @property
+    def digests(self) -> str:
+        return f"{self.prefix}digests"
+
     def commands(self, work: Work) -> str:
         return f"{self.prefix}{work}-commands"
 
@@ -80,6 +84,12 @@ def plan(settings: Settings) -> list[TopicSpec]:
             # keyed by the origin's topic/partition/offset: a message quarantined again by another
             # reader of the same log collapses into one copy
             {"cleanup.policy": "compact", "max.message.bytes": str(MAX_MESSAGE_BYTES), **replicated},
+        ),
+        TopicSpec(
+            names.digests,
+            1,
+            # keyed by version/replica: compaction keeps each replica's latest word on each version
+            {"cleanup.policy": "compact", **replicated},
         ),
     ]
     work_config = {"cleanup.policy": "delete", "retention.ms": WEEK_MS, **replicated}

@@ -15,6 +15,7 @@ from schemas import (
     BindSucceeded,
     Catalog,
     CodecError,
+    Digest,
     EncodeError,
     Evict,
     EvictCommand,
@@ -67,6 +68,7 @@ ONE_OF_EACH = [
         extensions=MappingProxyType({"k": "v"}),
     ),
     EvictCommand(command_id="cache-log@13", log_offset=13, pod_uid="u1", namespace="ns", name="p", reason="r"),
+    Digest(version=100, digest="ab" * 32, replica="r1", fold="schedulerNames=volcano;defaultQueue=default"),
 ]
 
 

@@ -1,0 +1,188 @@
+"""Divergence detection: every reader of the cache log reports its digest at agreed versions.
+
+Projectors and scheduler replicas fold the same records with the same pure fold, so at the same
+version they must hold the same snapshot. Each publishes ``{version, digest, replica, fold}`` to
+the compacted digests topic at every multiple of ``every`` records (versions all readers reach)
+and, for a projector, at each checkpoint. ``strata verify --replicas`` compares what several
+readers reported for the same version; a reader that finds its own digest outvoted by the
+others says so loudly and in its metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from prometheus_client import Counter as MetricCounter
+from prometheus_client import Gauge
+
+from projector.snapshot import Snapshot
+from schemas import CodecError, Digest, decode, encode
+from strata.cachelog import Publisher
+from strata.config import Settings
+from strata.errors import StrataError
+from strata.topics import TopicNames
+
+LOG = logging.getLogger("strata.digests")
+DIVERGENT = Gauge("strata_divergent", "1 when this reader's digest was outvoted at some version", ["replica"])
+REPORTED = MetricCounter("strata_digests_published", "digests this reader published", ["replica"])
+DEFAULT_EVERY = 50_000
+
+
+@dataclass(frozen=True)
+class Divergence:
+    version: int
+    fold: str
+    majority: str | None  # the digest most readers reported (None on a tie)
+    dissenters: tuple[str, ...]  # replicas that reported another digest (all of them on a tie)
+    reports: dict[str, str]  # replica -> digest
+
+
+def divergences(digests: Iterable[Digest]) -> list[Divergence]:
+    """Versions at which readers of the same fold reported different digests."""
+    by_version: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
+    for d in digests:
+        by_version[(d.fold, d.version)][d.replica] = d.digest  # the latest word of each replica
+    found = []
+    for (fold, version), reports in sorted(by_version.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        counts = Counter(reports.values())
+        if len(counts) < 2:
+            continue
+        (top, n), (_, m) = counts.most_common(2)
+        majority = top if n > m else None
+        dissenters = tuple(sorted(r for r, d in reports.items() if d != majority))
+        found.append(Divergence(version, fold, majority, dissenters, dict(sorted(reports.items()))))
+    return found
+
+
+def compared_versions(digests: Iterable[Digest]) -> int:
+    """How many (fold, version) pairs at least two readers reported."""
+    replicas: dict[tuple[str, int], set[str]] = defaultdict(set)
+    for d in digests:
+        replicas[(d.fold, d.version)].add(d.replica)
+    return sum(1 for r in replicas.values() if len(r) >= 2)
+
+
+def read_digests(settings: Settings, timeout_s: float = 10.0) -> list[Digest]:
+    """Every digest on the topic (what compaction left), in topic order."""
+    topic = TopicNames(settings.topic_prefix).digests
+    consumer = Consumer(
+        settings.client_config(
+            **{
+                "group.id": f"{settings.topic_prefix}digests-reader",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
+        if high <= low:
+            return []
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        out: list[Digest] = []
+        deadline = time.monotonic() + timeout_s
+        done = False
+        while not done:
+            if time.monotonic() > deadline:
+                raise StrataError(f"reading {topic}: not at its end after {timeout_s:g} s")
+            # consume() waits its whole timeout unless the batch fills: ask often, briefly
+            for msg in consumer.consume(1000, timeout=0.1):
+                err = msg.error()
+                if err is not None:
+                    done = done or err.code() == KafkaError._PARTITION_EOF
+                    continue
+                done = done or msg.offset() >= high - 1
+                try:
+                    record = decode(msg.value() or b"")
+                except CodecError as exc:
+                    LOG.warning("digests topic, offset %d: %s", msg.offset(), exc)
+                    continue
+                if isinstance(record, Digest):
+                    out.append(record)
+        return out
+    finally:
+        consumer.close()
+
+
+class DigestReporter:
+    """Publishes one reader's digests in the background (rendering a large snapshot takes seconds)."""
+
+    def __init__(self, settings: Settings, replica: str, fold: str, every: int = DEFAULT_EVERY) -> None:
+        self.settings = settings
+        self.replica = replica
+        self.fold = fold
+        self.every = every
+        self.topic = TopicNames(settings.topic_prefix).digests
+        self._publisher = Publisher(settings)
+        self._queue: list[tuple[Snapshot | None, int, str | None]] = []
+        self._ready = threading.Condition()
+        self._outstanding = 0  # offered, not yet published and checked
+        self._thread = threading.Thread(target=self._run, name=f"digests-{replica}", daemon=True)
+        self._thread.start()
+        self.published: dict[int, str] = {}
+
+    def due(self, version: int) -> bool:
+        return self.every > 0 and version > 0 and version % self.every == 0
+
+    def offer(self, snapshot: Snapshot) -> None:
+        """Report this snapshot's digest if its version is an agreed one (O(1) here)."""
+        if self.due(snapshot.version):
+            self._enqueue(snapshot, snapshot.version, None)
+
+    def report(self, version: int, digest: str) -> None:
+        """Report a digest already computed (a checkpoint's)."""
+        self._enqueue(None, version, digest)
+
+    def _enqueue(self, snapshot: Snapshot | None, version: int, digest: str | None) -> None:
+        with self._ready:
+            self._queue.append((snapshot, version, digest))
+            self._outstanding += 1
+            self._ready.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue:
+                    self._ready.wait()
+                snapshot, version, digest = self._queue.pop(0)
+            if snapshot is not None:
+                digest = snapshot.digest()
+            assert digest is not None
+            record = Digest(version=version, digest=digest, replica=self.replica, fold=self.fold)
+            self._publisher.publish(self.topic, encode(record), key=f"{version:020d}/{self.replica}".encode())
+            self._publisher.flush()
+            self.published[version] = digest
+            REPORTED.labels(self.replica).inc()
+            try:
+                self.check()
+            finally:
+                with self._ready:
+                    self._outstanding -= 1
+                    self._ready.notify_all()
+
+    def drain(self, timeout_s: float = 60.0) -> None:
+        """Wait until everything offered is published and checked (a clean stop, tests)."""
+        with self._ready:
+            self._ready.wait_for(lambda: self._outstanding == 0, timeout=timeout_s)
+
+    def check(self) -> list[Divergence]:
+        """Compare this reader's digests with everyone's; loud when outvoted."""
+        mine = [d for d in divergences(read_digests(self.settings)) if self.replica in d.dissenters]
+        outvoted = [d for d in mine if d.majority is not None and d.fold == self.fold]
+        for d in outvoted:
+            LOG.error(
+                "DIVERGENCE: replica %s has digest %s at version %d; %d other reader(s) agree on %s",
+                self.replica,
+                d.reports[self.replica][:12],
+                d.version,
+                sum(1 for v in d.reports.values() if v == d.majority),
+                (d.majority or "")[:12],
+            )
+        DIVERGENT.labels(self.replica).set(1 if outvoted else 0)
+        return outvoted
