@@ -81,9 +81,7 @@ def test_sigkill_in_the_middle_of_a_batch_then_restart(env: Env, ingest):
     assert at_kill < 200, "the binder finished before the kill; nothing was tested"
     proc = _start(env, "--instance", "crash", "--workers", "1", "--threads", "8")
     try:
-        eventually(
-            lambda: check(len({r.pod for r in env.log.records(BindSucceeded, BindFailed)}) >= 200), timeout_s=45
-        )
+        eventually(lambda: check(len({r.pod for r in env.log.records(BindSucceeded, BindFailed)}) >= 200), timeout_s=45)
         bound = env.pods()
         assert {n: p["spec"].get("nodeName") for n, p in bound.items()} == placement
         eventually(lambda: check(all(t["status"] == "Bound" for t in env.log.tasks(env.ns).values())))
