@@ -23,6 +23,8 @@ import time
 import uuid
 from pathlib import Path
 
+from confluent_kafka.admin import AdminClient
+
 from ingest.from_trace import publish_trace
 from projector.auditstore import AuditIndex
 from projector.runner import LogRunner
@@ -46,9 +48,10 @@ def main() -> None:
     try:
         run(settings, args)
     finally:
-        from tests.conftest import drop_topics
-
-        drop_topics(settings)
+        admin = AdminClient(settings.client_config())
+        names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix)]
+        for future in admin.delete_topics(names, operation_timeout=60).values():
+            future.result()
 
 
 def run(settings: Settings, args: argparse.Namespace) -> None:
