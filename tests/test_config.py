@@ -84,3 +84,12 @@ def test_bad_settings_are_clear_errors(kwargs, message):
     kwargs.setdefault("environ", {})
     with pytest.raises(StrataError, match=message):
         settings_from(**kwargs)
+
+
+def test_retry_delays_and_digest_cadence_from_the_environment():
+    settings = settings_from(environ={"STRATA_RETRY_DELAYS": "2,20", "STRATA_DIGEST_EVERY": "1000"})
+    assert settings.retry_delays_s == (2, 20) and settings.digest_every == 1000
+    assert settings_from(environ={}).retry_delays_s == (1, 10, 60)
+    for bad in ("1,1", "0,5", "a,b", "5,-1"):
+        with pytest.raises(StrataError, match="STRATA_RETRY_DELAYS"):
+            settings_from(environ={"STRATA_RETRY_DELAYS": bad})
