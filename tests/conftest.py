@@ -3,10 +3,12 @@ starts (or the one STRATA_KAFKA_BOOTSTRAP names); each test gets topics of its o
 
 from __future__ import annotations
 
+import fcntl
 import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -28,10 +30,24 @@ def broker() -> Iterator[Settings]:
 
         env = Stack(Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata")).up()
         settings = settings_from(bootstrap=env["STRATA_KAFKA_BOOTSTRAP"], data_dir=env["STRATA_DATA_DIR"])
-    yield settings
     # A broker that outlives the tests would otherwise gather thousands of partitions and take
-    # minutes to start next time.
+    # minutes to start next time; but another test session may be running against the same
+    # broker, and its topics must stay. Sessions hold a shared lock; the last one out, which gets
+    # the lock alone, sweeps what killed sessions left behind.
+    lock = _session_lock(settings.data_dir)
+    yield settings
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # converts the shared lock, if alone
+    except BlockingIOError:
+        return  # another session is running
     drop_topics(settings.with_(topic_prefix=TEST_PREFIX))
+
+
+def _session_lock(data_dir: Path) -> IO[bytes]:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = (data_dir / "test-sessions.lock").open("ab")
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    return lock  # held (shared) until the process ends
 
 
 @pytest.fixture
