@@ -551,9 +551,10 @@ def verify(settings: Settings, fold: Any, against_cluster: bool, archive: Path |
 from strata.cli_archive import export, restore  # noqa: E402
 from strata.cli_audit import diff, history, story  # noqa: E402
 from strata.cli_binder import bind, evict  # noqa: E402
+from strata.cli_faults import faults  # noqa: E402
 from strata.cli_scheduler import schedule  # noqa: E402
 
-for _command in (bind, evict, schedule, export, restore, history, story, diff):
+for _command in (bind, evict, schedule, export, restore, history, story, diff, faults):
     main.add_command(_command)
 
 if __name__ == "__main__":
