@@ -1,0 +1,68 @@
+"""What the fault scenarios share: a throw-away topic prefix, the `strata` executable, digests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from strata.config import Settings
+from strata.topics import ensure_topics
+
+STRATA = str(Path(sys.executable).with_name("strata"))
+
+
+@contextmanager
+def fresh_log(settings: Settings, name: str) -> Iterator[Settings]:
+    """Settings with a new topic prefix whose topics exist; they are deleted afterwards."""
+    scoped = settings.with_(topic_prefix=f"faults-{name}-{uuid.uuid4().hex[:8]}.", command_partitions=2)
+    ensure_topics(scoped)
+    try:
+        yield scoped
+    finally:
+        admin = AdminClient(scoped.client_config())
+        doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(scoped.topic_prefix)]
+        if doomed:
+            for future in admin.delete_topics(doomed, operation_timeout=60).values():
+                future.result()
+
+
+def env_for(settings: Settings, **more: str) -> dict[str, str]:
+    """The environment of a `strata` subprocess that talks to this deployment."""
+    env = {
+        **os.environ,
+        "STRATA_KAFKA_BOOTSTRAP": settings.bootstrap,
+        "STRATA_TOPIC_PREFIX": settings.topic_prefix,
+        "STRATA_DATA_DIR": str(settings.data_dir),
+        **more,
+    }
+    if settings.kubeconfig:
+        env["KUBECONFIG"] = settings.kubeconfig
+    return env
+
+
+def strata(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([STRATA, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def fold_digests(trace: Path, versions: set[int]) -> dict[int, str]:
+    """The digest of an uninterrupted fold of the trace at each of these versions (one pass)."""
+    from ingest.trace import split_lines
+    from projector.replay import fold_line
+    from projector.state import CacheState
+
+    state = CacheState()
+    out = {}
+    if 0 in versions:
+        out[0] = state.snapshot().digest()
+    for _, line in split_lines(trace.read_bytes()):
+        fold_line(state, line)
+        if state.version in versions:
+            out[state.version] = state.snapshot().digest()
+    return out

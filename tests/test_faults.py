@@ -1,0 +1,20 @@
+"""The fault-injection scenarios of `strata faults`, in their quick form (the full runs: scripts/faults.sh)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from strata.config import Settings
+from strata.faults import FaultContext, scenario
+
+
+def _run(name: str, settings: Settings, tmp_path: Path) -> None:
+    result = scenario(name)(FaultContext(settings, tmp_path, quick=True, log=lambda _m: None))
+    assert result.ok, result
+
+
+@pytest.mark.kafka
+def test_projector_crash(broker: Settings, tmp_path: Path):
+    _run("projector-crash", broker, tmp_path)
