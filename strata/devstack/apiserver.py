@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -95,12 +96,18 @@ class KubeAPIServer(process.LocalServer):
         (``apply_crds`` does)."""
         version = build.KUBE_APISERVER.version
         state = self.running()
+        restarted = False
         if state is not None:
             if state.port != self.port:
                 raise StrataError(f"a kube-apiserver of this data directory already runs on port {state.port}")
-            process.wait_until(self.ready, "kube-apiserver", timeout_s, state, self.log_path)
-            self._write_kubeconfig()
-            return f"kube-apiserver {version} already running (pid {state.pid}) at {self.url}"
+            if process.arguments(state)[1:] == self._flags():
+                process.wait_until(self.ready, "kube-apiserver", timeout_s, state, self.log_path)
+                self._write_kubeconfig()
+                return f"kube-apiserver {version} already running (pid {state.pid}) at {self.url}"
+            # started by an older Strata with other flags: restart it alone (etcd keeps the data)
+            log(f"kube-apiserver (pid {state.pid}) runs with other flags than this version sets: restarting it")
+            self.down()
+            restarted = True
         if process.port_open(self.port):
             raise StrataError(f"port {self.port} is in use by another process")
         if not etcd.healthy(self.etcd_url):
@@ -119,7 +126,8 @@ class KubeAPIServer(process.LocalServer):
         process.wait_until(self.ready, "kube-apiserver", timeout_s, state, self.log_path)
         self._write_kubeconfig()
         took = time.monotonic() - started
-        return f"kube-apiserver {version} started in {took:.1f} s (pid {state.pid}) at {self.url}"
+        how = "restarted with new flags" if restarted else "started"
+        return f"kube-apiserver {version} {how} in {took:.1f} s (pid {state.pid}) at {self.url}"
 
     def down(self) -> bool:
         return process.stop(self.state_path)
@@ -138,6 +146,8 @@ class KubeAPIServer(process.LocalServer):
             f"--service-account-issuer={self.url}",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
+            # tokens (TokenRequest) are for this server: their audience is its URL, as the issuer
+            f"--api-audiences={self.url}",
             "--authorization-mode=RBAC",
             f"--disable-admission-plugins={','.join(DISABLED_ADMISSION)}",
             "--allow-privileged=true",
@@ -278,3 +288,47 @@ def apply_crds(kubeconfig: Path, timeout_s: float = 60.0) -> list[str]:
 def _established(crd: dict) -> bool:
     conditions = crd.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+
+def service_account_kubeconfig(
+    admin_kubeconfig: Path, namespace: str, account: str, out: Path, expiration_s: int = 3600
+) -> Path:
+    """A kubeconfig for the ServiceAccount ``namespace/account``: the admin kubeconfig's server and
+    CA, and as its user a token from the TokenRequest API (no controller runs here to make token
+    Secrets). Written with mode 0600 from the start; the token is never logged."""
+    from kubernetes import client, config
+
+    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
+    context = next(c["context"] for c in admin["contexts"] if c["name"] == admin["current-context"])
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
+    api_client = config.new_client_from_config(config_file=str(admin_kubeconfig))
+    try:
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_s},  # the audience: the server's (--api-audiences)
+        }
+        answer = client.CoreV1Api(api_client).create_namespaced_service_account_token(
+            account, namespace, request, _preload_content=False
+        )
+        token = json.loads(answer.data)["status"]["token"]
+    finally:
+        api_client.close()
+    user = f"system:serviceaccount:{namespace}:{account}"
+    config_ = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": user}}],
+        "current-context": account,
+    }
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    # created 0600: the token is never readable by others, not even for a moment
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump(config_, f, sort_keys=False)
+    tmp.rename(out)
+    return out

@@ -46,6 +46,15 @@ def alive(state: ProcessState | None) -> bool:
         return False
 
 
+def arguments(state: ProcessState) -> list[str]:
+    """The command line the process of ``state`` runs with (empty when it is gone)."""
+    try:
+        raw = Path(f"/proc/{state.pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").split("\0")[:-1] if raw else []
+
+
 def _running(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
