@@ -9,6 +9,7 @@ integers are exact as Python ints. A WatchEvent's ``object`` bytes are written w
 from __future__ import annotations
 
 import json
+import re
 from json.encoder import encode_basestring  # type: ignore[attr-defined]  # the C speedup, like json.dumps
 from typing import Any
 
@@ -45,11 +46,36 @@ _decoder = json.JSONDecoder(parse_float=NumberLiteral, parse_constant=_reject_co
 _scan = _decoder.scan_once  # the C scanner; JSONDecoder.decode adds two regex calls around it
 _WS = " \t\n\r"
 
+# The deepest nesting of arrays and objects that ``loads`` accepts. The C scanner recurses once
+# per level and raises RecursionError (not a ValueError) at a depth that depends on how deep the
+# caller's own stack is: the same record would then crash one reader and parse in another. A
+# fixed limit makes deeper JSON bad everywhere alike, far above any Kubernetes object's depth
+# and far below Python's recursion limit (``dumps`` recurses per level too).
+MAX_DEPTH = 512
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def _check_depth(text: str) -> None:
+    depth = 0
+    for m in _STRING_OR_BRACKET.finditer(text):
+        c = m.group()
+        if c == "[" or c == "{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ValueError(f"JSON nests deeper than {MAX_DEPTH} levels")
+        elif c == "]" or c == "}":
+            depth -= 1
+
 
 def loads(text: str | bytes) -> Any:
-    """Parse RFC 8259 JSON; raises ``ValueError`` (a ``json.JSONDecodeError`` for syntax)."""
+    """Parse RFC 8259 JSON; raises ``ValueError`` (a ``json.JSONDecodeError`` for syntax; deeper
+    nesting than ``MAX_DEPTH`` is refused too)."""
     if type(text) is not str:
         text = text.decode("utf-8")  # strict: a bad byte is an error, not a replacement character
+    # Nesting deeper than MAX_DEPTH needs more than 2 * MAX_DEPTH characters and brackets: two
+    # C-speed tests keep the exact check off every ordinary record.
+    if len(text) > 2 * MAX_DEPTH and text.count("{") + text.count("[") > MAX_DEPTH:
+        _check_depth(text)
     start = 0
     if text[:1] in _WS and text:
         start = len(text) - len(text.lstrip(_WS))
