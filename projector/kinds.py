@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, NamedTuple
 
-from projector.resources import BadQuantity, Resources, parse_resources
+from projector.resources import BadQuantity, Resources, exponent_of, parse_resources
 
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
@@ -170,7 +170,12 @@ def go_int32(text: str) -> int | None:
     """strconv.ParseInt(text, 10, 32), or None where it fails."""
     if not _GO_INT.fullmatch(text):
         return None
-    value = int(text)
+    # int() refuses more than 4300 digits with a ValueError that crashed the fold; leading zeros
+    # are fine in Go ("0000...05" is 5), and more than 10 significant digits never fit an int32.
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 10:
+        return None
+    value = -int(digits or "0") if text[:1] == "-" else int(digits or "0")
     return value if INT32[0] <= value <= INT32[1] else None
 
 
@@ -381,20 +386,24 @@ def oversubscription(text: str | None) -> int:
     digits = ((m["int"] or "") + frac).lstrip("0")
     if not digits:
         return 0
-    exponent = int(m["exp"] or "0") - len(frac)
+    exponent = exponent_of(m["exp"] or "0") - len(frac)  # capped: int() fails on 4300+ digits
     if len(digits) - 1 + exponent > 19:
         return 0
     if len(digits) + exponent < -2:
         magnitude = 1  # 0 < v < 1: ceil is 1 (or 0 for a negative v)
         return 0 if m["sign"] == "-" else magnitude
-    n = int(digits)
     if exponent >= 0:
-        value = n * 10**exponent
+        value = int(digits) * 10**exponent  # at most 20 digits here
         value = -value if m["sign"] == "-" else value
-    elif m["sign"] == "-":
-        value = -(n // 10**-exponent)  # ceil of a negative value truncates toward zero
     else:
-        value = -((-n) // 10**-exponent)
+        # The digits can be many ("1" * 5000 + "e-4990") and int() refuses more than 4300 with a
+        # ValueError that crashed the fold: split at the decimal point instead. The whole part
+        # has at most 20 digits here; ceil adds one for a non-zero fraction.
+        cut = len(digits) + exponent
+        whole = int(digits[:cut]) if cut > 0 else 0
+        fraction = digits[max(cut, 0) :].strip("0") != ""
+        # ceil of a negative value truncates toward zero
+        value = -whole if m["sign"] == "-" else whole + fraction
     return value if INT64[0] <= value <= INT64[1] else 0
 
 
