@@ -18,3 +18,9 @@ def _run(name: str, settings: Settings, tmp_path: Path) -> None:
 @pytest.mark.kafka
 def test_projector_crash(broker: Settings, tmp_path: Path):
     _run("projector-crash", broker, tmp_path)
+
+
+@pytest.mark.kafka
+@pytest.mark.kube
+def test_binder_crash(broker: Settings, kubeconfig: str, tmp_path: Path):
+    _run("binder-crash", broker.with_(kubeconfig=kubeconfig), tmp_path)
