@@ -24,3 +24,8 @@ def test_projector_crash(broker: Settings, tmp_path: Path):
 @pytest.mark.kube
 def test_binder_crash(broker: Settings, kubeconfig: str, tmp_path: Path):
     _run("binder-crash", broker.with_(kubeconfig=kubeconfig), tmp_path)
+
+
+@pytest.mark.kafka
+def test_load(broker: Settings, tmp_path: Path):
+    _run("load", broker, tmp_path)

@@ -22,6 +22,7 @@ SCENARIOS: dict[str, str] = {
     "poison": "poison",
     "kafka-sasl": "kafka_sasl",
     "rbac": "rbac",
+    "load": "load",
 }
 
 
@@ -46,8 +47,10 @@ class FaultResult:
 
     @property
     def ok(self) -> bool:
-        return self.runs > 0 and self.passed == self.runs and not (
-            self.records_lost or self.duplicates or self.digest_mismatches
+        return (
+            self.runs > 0
+            and self.passed == self.runs
+            and not (self.records_lost or self.duplicates or self.digest_mismatches)
         )
 
 

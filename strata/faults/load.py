@@ -1,0 +1,121 @@
+"""Load: a sustained stream into the cache log with three projectors following it.
+
+A publisher appends records at a fixed rate (a synthetic history, replayed round and round so the
+state stays bounded) while three `strata project` processes follow. Reported: their lag (records
+behind the log's end, from their own reports) as percentiles, and their RSS early and at the end:
+memory must not grow beyond the state itself. Full run: 5,000 records/s for 10 minutes.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from ingest.trace import read_trace
+from strata.cachelog import CacheLogWriter
+from strata.faults import FaultContext, FaultResult
+from strata.faults.common import STRATA, env_for, fresh_log
+from strata.gen import generate
+
+_REPORT = re.compile(r"^version (\d+) lag (\d+)")
+_STOPPED = re.compile(r"^stopped at version (\d+)")
+GROWTH_LIMIT = 1.25  # end RSS over early RSS, once the state has reached its size
+
+
+def run(ctx: FaultContext) -> FaultResult:
+    rate, seconds = (2000, 20) if ctx.quick else (5000, 600)
+    result = FaultResult("load")
+    trace = ctx.workdir / "history.jsonl"
+    with trace.open("wb") as out:
+        generate(out, nodes=200, pods=4000, churn=2.0, seed=11)
+    records = [line.record for line in read_trace(trace)]
+    with fresh_log(ctx.settings, "load") as settings:
+        stop = threading.Event()
+        published = [0]
+        writer = CacheLogWriter(settings)
+        publisher = threading.Thread(target=_publish, args=(writer, records, rate, stop, published), daemon=True)
+        followers = []
+        for i in range(3):
+            env = env_for(settings, STRATA_DB_URL=f"sqlite:///{ctx.workdir / f'f{i}.db'}")
+            argv = [STRATA, "project", "--no-audit", "--checkpoint-every", "1000000", "--replica", f"load-{i}"]
+            followers.append(subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True))
+        lags: list[list[int]] = [[] for _ in followers]
+        final: list[list[int]] = [[] for _ in followers]
+        readers = [
+            threading.Thread(target=_read_reports, args=(p, lags[i], final[i]), daemon=True)
+            for i, p in enumerate(followers)
+        ]
+        for t in readers:
+            t.start()
+        started = time.monotonic()
+        publisher.start()
+        time.sleep(min(seconds / 5, 60))
+        early = [_rss_mb(p.pid) for p in followers]
+        time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+        stop.set()
+        publisher.join()
+        late = [_rss_mb(p.pid) for p in followers]
+        time.sleep(3)  # let them catch up for the last reports
+        for p in followers:
+            p.send_signal(signal.SIGTERM)
+        for p in followers:
+            p.wait(120)
+        for t in readers:
+            t.join(10)
+        end = published[0]
+        result.records_lost = sum(max(0, end - (f[-1] if f else 0)) for f in final)
+        took = time.monotonic() - started
+        all_lags = sorted(lag for follower in lags for lag in follower)
+        result.runs = 3
+        result.passed = sum(
+            1 for i, p in enumerate(followers) if p.returncode == 0 and late[i] <= early[i] * GROWTH_LIMIT
+        )
+        result.notes.append(
+            f"{end} records at {end / took:,.0f}/s for {took:.0f} s; lag in records (in ms at this rate) "
+            f"p50 {_pct(all_lags, 50)} ({_pct(all_lags, 50) * 1000 // rate}), p99 {_pct(all_lags, 99)} "
+            f"({_pct(all_lags, 99) * 1000 // rate}), max {max(all_lags, default=0)}; "
+            f"RSS MB early {[round(x) for x in early]} end {[round(x) for x in late]}"
+        )
+    return result
+
+
+def _publish(writer: CacheLogWriter, records: list, rate: int, stop: threading.Event, published: list[int]) -> None:
+    tick = 0.05
+    per_tick = max(1, int(rate * tick))
+    next_at = time.monotonic()
+    i = 0
+    while not stop.is_set():
+        for _ in range(per_tick):
+            writer.append(records[i % len(records)])
+            i += 1
+        writer.publisher._producer.poll(0)
+        published[0] = i
+        next_at += tick
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    writer.flush()
+
+
+def _read_reports(proc: subprocess.Popen[str], lags: list[int], final: list[int]) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if m := _REPORT.match(line):
+            lags.append(int(m.group(2)))
+        elif m := _STOPPED.match(line):
+            final.append(int(m.group(1)))
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _pct(values: list[int], p: int) -> int:
+    if not values:
+        return 0
+    return values[min(len(values) - 1, int(len(values) * p / 100))]
