@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from ingest.kube import KubeApi
 from strata.config import Settings
+from strata.devstack.apiserver import service_account_kubeconfig
 from strata.faults import FaultContext
 from strata.faults.rbac import run
+from tests.tokens import apply_component
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kube]
 
@@ -26,3 +29,14 @@ def test_each_component_does_its_job_with_its_own_token_and_nothing_else(
     assert result.runs >= 30 and not result.notes
     assert time.monotonic() - started < 240
     assert not list((tmp_path / "rbac").glob("*.kubeconfig"))  # the tokens' files are gone
+
+
+def test_only_tokens_for_the_servers_audience_are_accepted(kubeconfig: str, tmp_path: Path):
+    account = apply_component(KubeApi(kubeconfig), "ingest")
+    ours = service_account_kubeconfig(Path(kubeconfig), "strata", account, tmp_path / "ours")
+    other = service_account_kubeconfig(
+        Path(kubeconfig), "strata", account, tmp_path / "other", audiences=["strata-test-elsewhere"]
+    )
+    assert ours.stat().st_mode & 0o777 == 0o600
+    assert KubeApi(str(ours)).call("GET", "/api/v1/nodes", limit=1).status == 200
+    assert KubeApi(str(other)).call("GET", "/api/v1/nodes", limit=1).status == 401

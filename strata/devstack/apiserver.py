@@ -291,11 +291,17 @@ def _established(crd: dict) -> bool:
 
 
 def service_account_kubeconfig(
-    admin_kubeconfig: Path, namespace: str, account: str, out: Path, expiration_s: int = 3600
+    admin_kubeconfig: Path,
+    namespace: str,
+    account: str,
+    out: Path,
+    expiration_s: int = 3600,
+    audiences: list[str] | None = None,
 ) -> Path:
     """A kubeconfig for the ServiceAccount ``namespace/account``: the admin kubeconfig's server and
     CA, and as its user a token from the TokenRequest API (no controller runs here to make token
-    Secrets). Written with mode 0600 from the start; the token is never logged."""
+    Secrets), for ``audiences`` (default: the server's own, ``--api-audiences``). Written with mode
+    0600 from the start; the token is never logged."""
     from kubernetes import client, config
 
     admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
@@ -306,8 +312,10 @@ def service_account_kubeconfig(
         request = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
-            "spec": {"expirationSeconds": expiration_s},  # the audience: the server's (--api-audiences)
+            "spec": {"expirationSeconds": expiration_s},
         }
+        if audiences is not None:
+            request["spec"]["audiences"] = audiences
         answer = client.CoreV1Api(api_client).create_namespaced_service_account_token(
             account, namespace, request, _preload_content=False
         )
