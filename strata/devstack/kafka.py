@@ -4,24 +4,41 @@ No tarball and no Docker: Maven copies the broker's jars from Maven Central into
 by the Kafka version (``$XDG_CACHE_HOME/strata/kafka-<version>/libs``), so a fresh clone reuses
 them; storage is formatted with ``kafka.tools.StorageTool`` and ``kafka.Kafka`` runs on the JDK
 with a small heap. Data, logs and the pid file live under the data directory.
+
+Besides the PLAINTEXT listener (``port``) the broker has a SASL_SSL listener ``SECURE`` on
+``port + 2`` (SCRAM-SHA-512, user ``strata``): its CA, server certificate and PKCS12 keystore are
+made once with the openssl command under ``<home>/pki``, beside the SCRAM password and the
+keystore password (random, mode 0600). The credential is upserted with the Admin API through
+the PLAINTEXT listener, so it also reaches storage that was formatted before the listener
+existed. A running broker whose ``server.properties`` differs from the one ``up`` would write
+is restarted once (its data stays), which is how an existing install gets a new listener.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 
 from strata.devstack import process
 from strata.errors import StrataError
@@ -39,6 +56,11 @@ JVM_OPTS = [
     "-Djava.awt.headless=true",
     "-Djava.net.preferIPv4Stack=true",
 ]
+SECURE_LISTENER = "SECURE"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+SCRAM_USER = "strata"
+SCRAM_ITERATIONS = 8192
+CERT_DAYS = 3650
 
 
 def kafka_version() -> str:
@@ -89,6 +111,24 @@ def ensure_jars(log: Log = print) -> Path:
     return libs
 
 
+def _openssl(*args: str, cwd: Path) -> None:
+    exe = shutil.which("openssl")
+    if exe is None:
+        raise StrataError("the openssl command is needed once to make the local Kafka broker's certificates")
+    result = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise StrataError(f"openssl {args[0]} failed: {detail[0]}")
+
+
+def _write_secret(path: Path, text: str) -> None:
+    """Write ``text`` to a new file of mode 0600 (never readable by others, not even briefly)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    path.chmod(0o600)  # an existing file keeps its mode through O_CREAT
+
+
 def java() -> str:
     home = os.environ.get("JAVA_HOME")
     exe = str(Path(home) / "bin" / "java") if home else shutil.which("java")
@@ -111,8 +151,60 @@ class KafkaBroker:
         return self.data_dir.resolve() / "kafka"
 
     @property
+    def secure_port(self) -> int:
+        return self.port + 2
+
+    @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def secure_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.secure_port}"
+
+    @property
+    def pki(self) -> Path:
+        return self.home / "pki"
+
+    @property
+    def ca_path(self) -> Path:
+        return self.pki / "ca.pem"
+
+    @property
+    def password_path(self) -> Path:
+        """The SCRAM password of the user ``strata`` (mode 0600)."""
+        return self.pki / "scram-password"
+
+    @property
+    def keystore_path(self) -> Path:
+        return self.pki / "server.p12"
+
+    @property
+    def keystore_password_path(self) -> Path:
+        return self.pki / "keystore-password"
+
+    def secure_env(self) -> dict[str, str]:
+        """Client settings for the SASL_SSL listener as Strata's environment variables, the password
+        included (read from its 0600 file): secret, so never print or log the result."""
+        return {
+            "STRATA_KAFKA_BOOTSTRAP": self.secure_bootstrap,
+            "STRATA_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "STRATA_KAFKA_SASL_MECHANISMS": SCRAM_MECHANISM,
+            "STRATA_KAFKA_SASL_USERNAME": SCRAM_USER,
+            "STRATA_KAFKA_SASL_PASSWORD": self.password_path.read_text().strip(),
+            "STRATA_KAFKA_SSL_CA_LOCATION": str(self.ca_path),
+        }
+
+    def secure_client_config(self) -> dict[str, str]:
+        """librdkafka properties for the SASL_SSL listener (secret: the password is in it)."""
+        return {
+            "bootstrap.servers": self.secure_bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": SCRAM_MECHANISM,
+            "sasl.username": SCRAM_USER,
+            "sasl.password": self.password_path.read_text().strip(),
+            "ssl.ca.location": str(self.ca_path),
+        }
 
     @property
     def state_path(self) -> Path:
@@ -137,20 +229,42 @@ class KafkaBroker:
             return False
 
     def up(self, log: Log = print, timeout_s: float = 90.0) -> str:
-        """Start the broker, or reuse the running one; says which."""
+        """Start the broker, or reuse the running one; says which.
+
+        A running broker whose configuration differs from what this version writes (a new
+        listener, say) is restarted with the new one; its data stays."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            return self._up(log, timeout_s)
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """One `up` at a time per data directory: two would make two CAs or restart twice."""
+        with open(self.home / "up.lock", "ab") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _up(self, log: Log, timeout_s: float) -> str:
+        self._ensure_pki(log)
+        properties = self._server_properties()
+        restarted = ""
         state = self.running()
         if state is not None:
             if state.port != self.port:
                 raise StrataError(f"a broker of this data directory already runs on port {state.port}")
-            process.wait_until(self.ready, "Kafka", timeout_s, state, self.log_path)
-            return f"kafka {kafka_version()} already running (pid {state.pid}) at {self.bootstrap}"
-        for port in (self.port, self.controller_port):
+            if self._written_properties() == properties:
+                process.wait_until(self.ready, "Kafka", timeout_s, state, self.log_path)
+                self._ensure_scram(log)
+                return f"kafka {kafka_version()} already running (pid {state.pid}) at {self.bootstrap}"
+            log(f"Kafka's configuration changed ({self.home / 'server.properties'}): restarting the broker")
+            self.down()
+            restarted = " (restarted: configuration changed)"
+        for port in (self.port, self.controller_port, self.secure_port):
             if process.port_open(port):
                 raise StrataError(f"port {port} is in use by another process; choose another with --kafka-port")
         libs = ensure_jars(log)
-        self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "log4j2.properties").write_text((RESOURCES / "log4j2.properties").read_text())
-        (self.home / "server.properties").write_text(self._server_properties())
+        _write_secret(self.home / "server.properties", properties)  # it holds the keystore password
         classpath = f"{libs}/*"
         jvm = [
             java(),
@@ -188,22 +302,142 @@ class KafkaBroker:
             cwd=self.home,
         )
         process.wait_until(self.ready, "Kafka", timeout_s, state, self.log_path)
+        self._ensure_scram(log)
         took = time.monotonic() - started
-        return f"kafka {kafka_version()} started in {took:.1f} s (pid {state.pid}) at {self.bootstrap}"
+        return f"kafka {kafka_version()} started in {took:.1f} s (pid {state.pid}) at {self.bootstrap}{restarted}"
 
     def down(self) -> bool:
         return process.stop(self.state_path)
 
+    def _written_properties(self) -> str | None:
+        try:
+            return (self.home / "server.properties").read_text()
+        except OSError:
+            return None
+
+    def _ensure_pki(self, log: Log) -> None:
+        """The CA, the server's certificate and PKCS12 keystore, and the passwords, once."""
+        pki = self.pki
+        names = (self.ca_path, self.keystore_path, self.keystore_password_path, self.password_path)
+        if all(path.exists() for path in names):
+            return
+        log(f"making a local CA, the SASL_SSL listener's keystore and the SCRAM password in {pki}")
+        pki.mkdir(parents=True, exist_ok=True)
+        pki.chmod(0o700)
+        if not self.password_path.exists():
+            _write_secret(self.password_path, secrets.token_urlsafe(24))
+        _write_secret(self.keystore_password_path, secrets.token_urlsafe(24))
+        _openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+            "-days", str(CERT_DAYS), "-subj", "/CN=strata-kafka-local-ca",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+            cwd=pki,
+        )  # fmt: skip
+        (pki / "server.ext").write_text(
+            "basicConstraints=CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=serverAuth\n"
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        )
+        _openssl(
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+            "-subj", "/CN=strata-kafka",
+            cwd=pki,
+        )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-days", str(CERT_DAYS), "-extfile", "server.ext", "-out", "server.crt",
+            cwd=pki,
+        )  # fmt: skip
+        # the password from its file: never on a command line
+        _openssl(
+            "pkcs12", "-export", "-in", "server.crt", "-inkey", "server.key", "-certfile", "ca.pem",
+            "-name", "kafka", "-out", "server.p12.tmp", "-passout", f"file:{self.keystore_password_path.name}",
+            cwd=pki,
+        )  # fmt: skip
+        for leftover in ("server.ext", "server.csr"):
+            (pki / leftover).unlink()
+        for path in pki.iterdir():
+            if path.suffix in (".key", ".tmp"):
+                path.chmod(0o600)
+        (pki / "server.p12.tmp").rename(self.keystore_path)  # last: its presence means "all made"
+
+    def _ensure_scram(self, log: Log, timeout_s: float = 30.0) -> None:
+        """The SCRAM-SHA-512 credential of ``strata`` with the password of its file, set through
+        the PLAINTEXT listener (the Admin API), then checked by logging in through SASL_SSL."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        if self._has_credential(admin) and self._can_log_in():
+            return
+        upsertion = UserScramCredentialUpsertion(
+            SCRAM_USER,
+            ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
+            self.password_path.read_text().strip().encode(),
+        )
+        try:
+            for future in admin.alter_user_scram_credentials([upsertion], request_timeout=15).values():
+                future.result()
+        except KafkaException as e:
+            raise StrataError(f"could not set the SCRAM credential of {SCRAM_USER!r}: {e.args[0].str()}") from None
+        log(f"set the {SCRAM_MECHANISM} credential of {SCRAM_USER!r} for the SASL_SSL listener")
+        deadline = time.monotonic() + timeout_s
+        while not self._can_log_in():
+            if time.monotonic() > deadline:
+                raise StrataError(
+                    f"the SASL_SSL listener at {self.secure_bootstrap} refuses {SCRAM_USER!r}; see {self.log_path}"
+                )
+            time.sleep(0.5)
+
+    def _has_credential(self, admin: AdminClient) -> bool:
+        try:
+            (description,) = admin.describe_user_scram_credentials([SCRAM_USER], request_timeout=15).values()
+            infos = description.result().scram_credential_infos
+        except KafkaException as e:
+            if e.args[0].code() == KafkaError.RESOURCE_NOT_FOUND:
+                return False
+            raise StrataError(f"could not read the SCRAM credential of {SCRAM_USER!r}: {e.args[0].str()}") from None
+        return any(info.mechanism == ScramMechanism.SCRAM_SHA_512 for info in infos)
+
+    def _can_log_in(self) -> bool:
+        admin = AdminClient({**self.secure_client_config(), "log_level": 0})
+        try:
+            admin.list_topics(timeout=3)
+            return True
+        except KafkaException as e:
+            error = e.args[0]
+            if isinstance(error, KafkaError) and error.code() not in (
+                KafkaError._TRANSPORT,
+                KafkaError._TIMED_OUT,
+                KafkaError._AUTHENTICATION,
+                KafkaError.SASL_AUTHENTICATION_FAILED,
+            ):
+                raise StrataError(f"the SASL_SSL listener at {self.secure_bootstrap}: {error.str()}") from None
+            return False
+
     def _server_properties(self) -> str:
+        secure = f"listener.name.{SECURE_LISTENER.lower()}"
+        keystore_password = self.keystore_password_path.read_text().strip()
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port},"
+                f"{SECURE_LISTENER}://127.0.0.1:{self.secure_port}"
+            ),
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},{SECURE_LISTENER}://127.0.0.1:{self.secure_port}",
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,{SECURE_LISTENER}:SASL_SSL",
+            # the SECURE listener: SCRAM-SHA-512 over TLS; the credentials live in the metadata log
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            f"{secure}.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            f"{secure}.ssl.keystore.type": "PKCS12",
+            f"{secure}.ssl.keystore.location": str(self.keystore_path),
+            f"{secure}.ssl.keystore.password": keystore_password,
+            f"{secure}.ssl.key.password": keystore_password,
             "log.dirs": str(self.home / "data"),
             "num.partitions": "1",
             "default.replication.factor": "1",
