@@ -70,17 +70,29 @@ def dev_options(f: Callable[..., Any]) -> Callable[..., Any]:
     show_default=True,
     help="etcd and kube-apiserver with Strata's CRDs too (built from Go modules on first use); exports KUBECONFIG",
 )
-def dev_up(data_dir: str | None, kafka_port: int, kube: bool) -> None:
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="export the client settings of the SASL_SSL listener (port + 2); the password is read from its 0600 file",
+)
+def dev_up(data_dir: str | None, kafka_port: int, kube: bool, secure: bool) -> None:
     """Start the stack (or reuse it) and print shell exports: eval "$(strata dev up)"."""
+    import shlex
+
     from strata.topics import ensure_topics
 
-    env = _stack(data_dir, kafka_port).up(kube=kube)
+    stack = _stack(data_dir, kafka_port)
+    env = stack.up(kube=kube)
     settings = settings_from(bootstrap=env["STRATA_KAFKA_BOOTSTRAP"], data_dir=env["STRATA_DATA_DIR"])
     created = [t for t, outcome in ensure_topics(settings).items() if outcome == "created"]
     if created:
         click.echo(f"created {len(created)} topics with prefix {settings.topic_prefix!r}", err=True)
+    if secure:
+        env |= {k: v for k, v in stack.kafka.secure_env().items() if k != "STRATA_KAFKA_SASL_PASSWORD"}
     for key, value in env.items():
         click.echo(f"export {key}={value}")
+    if secure:  # the secret stays in its file: the shell reads it when it evaluates this line
+        click.echo(f'export STRATA_KAFKA_SASL_PASSWORD="$(cat {shlex.quote(str(stack.kafka.password_path))})"')
 
 
 @dev.command("down")
