@@ -101,7 +101,8 @@ def record_from_json(value: Any, source: str) -> LogRecord:
     if not isinstance(value, dict):
         raise BadLine("not a JSON object")
     kind = value.get("type")
-    if kind in WATCH_OPS:
+    # `isinstance` first: a "type" that is an object or array is unhashable (TypeError, a crash)
+    if isinstance(kind, str) and kind in WATCH_OPS:
         return _watch_event(kind, value.get("object"), source)
     if isinstance(kind, str) and kind in SCHEDULER_RECORDS:
         cls, required, optional = SCHEDULER_RECORDS[kind]

@@ -52,6 +52,15 @@ _OVERSUB = re.compile(r"(?P<sign>[+-]?)(?P<int>[0-9]+)?(?:\.(?P<frac>[0-9]*))?(?
 _PHASES = {"Running", "Pending", "Succeeded", "Failed"}
 
 
+def known(kind: tuple[Any, Any]) -> bool:
+    """Whether (apiVersion, kind) is one of KINDS; JSON objects or arrays there are not (a plain
+    set lookup raised TypeError on such unhashable values, out of the fold)."""
+    try:
+        return kind in KINDS
+    except TypeError:
+        return False
+
+
 class BadObject(ValueError):
     """An ADDED or MODIFIED object that breaks a rule of the spec: the record is bad."""
 
@@ -571,7 +580,8 @@ def label_requirements(selector: Any) -> Requirements | None:
             if type(e) is not dict:
                 return None
             key, op, values = e.get("key"), e.get("operator"), e.get("values")
-            if type(key) is not str or op not in _OPERATORS:
+            # `type(op)` first: an operator that is an object or array is unhashable (TypeError)
+            if type(key) is not str or type(op) is not str or op not in _OPERATORS:
                 return None
             values = [] if values is None else values
             if type(values) is not list or any(type(v) is not str for v in values):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.trace import SCHEDULER_RECORDS, WATCH_OPS, BadLine, check_watch, offset_field, record_from_json
-from projector.kinds import KINDS
+from projector import kinds
 from projector.state import APPLIED, CacheState, FoldConfig, Outcome
 from schemas import objectjson
 
@@ -42,14 +42,16 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
         return state.apply_bad("not a JSON object")
     op = value.get("type")
     try:
-        if op in WATCH_OPS:
+        # `type(op) is str` first: a "type" that is an object or an array is unhashable, and the
+        # set lookup raised TypeError out of the fold.
+        if type(op) is str and op in WATCH_OPS:
             obj = value.get("object")
             # The fold checks the identity of the kinds it reads; others need the trace
             # format's own required fields to be a record at all.
             if type(obj) is not dict:
                 check_watch(op, obj)
             kind = (obj.get("apiVersion"), obj.get("kind"))
-            if kind not in KINDS:
+            if not kinds.known(kind):
                 check_watch(op, obj)
             return state.apply_watch(op, obj, kind)
         if isinstance(op, str) and op in SCHEDULER_RECORDS:

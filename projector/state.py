@@ -165,7 +165,7 @@ class CacheState:
             return Outcome("bad", "object is not a JSON object")
         if kind is None:
             kind = (obj.get("apiVersion"), obj.get("kind"))
-        if kind not in kinds.KINDS:
+        if not kinds.known(kind):
             return IGNORED
         try:
             if op == "DELETED":
