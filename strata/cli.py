@@ -488,12 +488,13 @@ def snapshot(
 
     if at_offset is not None and at_time is not None:
         raise click.UsageError("give --at-offset or --at, not both")
+    at = Position.parse(at_time) if at_time is not None else None  # bad input before Kafka is asked
     runner = log_runner(settings, fold)
     end = runner.reader.end_offset()
     if at_offset is not None:
         end = version_at(runner.reader, Position(offset=at_offset), end)
-    elif at_time is not None:
-        end = version_at(runner.reader, Position.parse(at_time), end)
+    elif at is not None:
+        end = version_at(runner.reader, at, end)
     _print_snapshot(runner.state_at(end).snapshot(), output, digest)
 
 

@@ -39,17 +39,13 @@ def _history_command(kind: str, what: str) -> click.Command:
     @kafka_options
     @fold_options
     def command(settings: Settings, fold: Any, name: str, since: str | None, until: str | None, output: str) -> None:
-        from strata.history import Position, describe, history
+        from strata.history import Position, describe, history, subject_of
 
+        # Bad input first: an error after _index's notice about the index would be a second line.
+        subject_of(kind, name)
+        start, stop = (Position.parse(since) if since else None), (Position.parse(until) if until else None)
         runner, index = _index(settings, fold)
-        items = history(
-            index,
-            runner.identity,
-            kind,
-            name,
-            Position.parse(since) if since else None,
-            Position.parse(until) if until else None,
-        )
+        items = history(index, runner.identity, kind, name, start, stop)
         if output == "json":
             click.echo(json.dumps(items, sort_keys=True, ensure_ascii=False))
             return
@@ -85,7 +81,9 @@ def story_job(settings: Settings, fold: Any, name: str) -> None:
     """A job's scheduling story: its PodGroup and pods, every bind attempt, binds, evictions, waiting time."""
     from strata.history import history as job_history
     from strata.history import story as tell
+    from strata.history import subject_of
 
+    subject_of("job", name)  # a bad name is one line, before _index's notice about the index
     runner, index = _index(settings, fold)
     for line in tell(name, job_history(index, runner.identity, "job", name, None, None)):
         click.echo(line)
@@ -104,9 +102,10 @@ def diff(settings: Settings, fold: Any, a: str, b: str, output: str) -> None:
     from strata.snapdiff import diff as compare
     from strata.snapdiff import render
 
+    positions = [Position.parse(p) for p in (a, b)]  # bad input is told before Kafka is asked
     runner = log_runner(settings, fold)
     end = runner.reader.end_offset()
-    versions = [version_at(runner.reader, Position.parse(p), end) for p in (a, b)]
+    versions = [version_at(runner.reader, p, end) for p in positions]
     snapshots = [runner.state_at(v).snapshot().to_json() for v in versions]
     result = compare(*snapshots)
     if output == "json":
