@@ -8,11 +8,14 @@ to checkpoint; what a checkpoint holds depends on the records alone.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from confluent_kafka import KafkaException
 
 from projector import audit, statecodec
 from projector.auditstore import AuditIndex
@@ -22,6 +25,7 @@ from strata.cachelog import CacheLogReader, Publisher, check_contiguous
 from strata.config import Settings
 from strata.digests import DigestReporter
 
+LOG = logging.getLogger("strata.projector")
 AUDIT_BATCH = 20_000  # entries written at once when no checkpoint comes first
 
 
@@ -50,6 +54,15 @@ class LogRunner:
         if self._identity is None:
             self._identity = LogIdentity(self.reader.topic, self.reader.cluster_id(), self.fold.identity)
         return self._identity
+
+    def _end_or(self, last: int) -> int:
+        """The log's end for a progress report; while the brokers are away, the last one seen (the
+        follower's consumer reconnects by itself, and a report is no reason to stop)."""
+        try:
+            return self.reader.end_offset()
+        except KafkaException as exc:
+            LOG.warning("the log's end is unknown for now: %s", exc.args[0].str() if exc.args else exc)
+            return last
 
     def restore(self, at_or_below: int | None = None) -> CacheState:
         """The newest checkpointed state at or below ``at_or_below``, or an empty state."""
@@ -131,7 +144,7 @@ class LogRunner:
                 progress.checkpoints += 1
                 saved_version, last_checkpoint = state.version, now
             if now - last_report >= report_seconds:
-                progress.end = max(self.reader.end_offset(), state.version)
+                progress.end = max(self._end_or(progress.end), state.version)
                 report(progress)
                 last_report = now
         if audit_index is not None and pending:

@@ -23,6 +23,7 @@ SCENARIOS: dict[str, str] = {
     "kafka-sasl": "kafka_sasl",
     "rbac": "rbac",
     "load": "load",
+    "broker-loss": "broker_loss",
 }
 
 
