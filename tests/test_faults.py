@@ -29,3 +29,9 @@ def test_binder_crash(broker: Settings, kubeconfig: str, tmp_path: Path):
 @pytest.mark.kafka
 def test_load(broker: Settings, tmp_path: Path):
     _run("load", broker, tmp_path)
+
+
+@pytest.mark.kafka
+@pytest.mark.kube
+def test_watch_gaps(broker: Settings, kubeconfig: str, tmp_path: Path):
+    _run("watch-gaps", broker.with_(kubeconfig=kubeconfig), tmp_path)
