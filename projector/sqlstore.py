@@ -7,7 +7,9 @@ migrates its own database and no ``alembic.ini`` is needed.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -109,8 +111,17 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")  # first: the WAL switch may have to wait
     cursor.execute("PRAGMA foreign_keys=ON")
-    # WAL: readers never block the writer, and another process's writes wait instead of failing
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # WAL: readers never block the writer, and another process's writes wait instead of failing.
+    # The switch itself needs the file to itself and SQLite answers "locked" at once, without its
+    # busy handler, when another process opens the new database at the same moment: ask again.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
     cursor.close()
 
 
