@@ -146,7 +146,7 @@ class Dispatcher:
             self.state = None
 
     def _rebuild(self, consumer: Consumer) -> None:
-        committed = consumer.committed([TopicPartition(self.cache_log, 0)], timeout=10.0)[0].offset
+        committed = txn.committed(consumer, [TopicPartition(self.cache_log, 0)])[0].offset
         start = max(committed, 0)
         if self._producer is None:
             # created only when active: init_transactions fences the previous owner

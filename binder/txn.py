@@ -9,6 +9,7 @@ a newer instance with the same ``transactional.id``, or an internal error): make
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -17,6 +18,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from strata.cachelog import producer_config
 from strata.config import Settings
+
+log = logging.getLogger("strata.binder")
 
 T = TypeVar("T")
 # An open transaction that touches the single-partition cache log holds back every
@@ -82,11 +85,27 @@ def safe_abort(producer: Producer | None) -> None:
         producer.abort_transaction(10.0)
 
 
+def committed(consumer: Consumer, partitions: list[TopicPartition], patience_s: float = 120.0) -> list[TopicPartition]:
+    """The group's committed offsets; asked again while the coordinator is busy (a rebalance after
+    a member was killed can outlast one request's timeout, and that is no reason to stop)."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return consumer.committed(partitions, timeout=10.0)
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.warning(
+                "committed offsets not available yet (%s); asking again", exc.args[0].str() if exc.args else exc
+            )
+            time.sleep(0.5)
+
+
 def rewind(consumer: Consumer, partitions: list[TopicPartition]) -> None:
     """Seek every given partition back to the group's committed offset (the start when none)."""
     if not partitions:
         return
-    for tp in consumer.committed(partitions, timeout=10.0):
+    for tp in committed(consumer, partitions):
         offset = tp.offset if tp.offset >= 0 else 0
         # not yet fetching: the fetch will start at the committed offset anyway
         with contextlib.suppress(KafkaException):
