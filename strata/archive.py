@@ -24,12 +24,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import fastavro
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from projector import statecodec
 from projector.replay import StrictStop
 from projector.state import APPLIED, CacheState, FoldConfig
-from schemas import BadRecord, CodecError, LogRecord, decode
+from schemas import LogRecord
 from schemas.codec import HEADER_SIZE, MARKER
 from strata import __version__, archive_codec
 from strata.archive_manifest import (
@@ -45,7 +44,7 @@ from strata.archive_manifest import (
     write_atomically,
     write_manifest,
 )
-from strata.cachelog import CacheLogReader, Publisher
+from strata.cachelog import CacheLogReader, Publisher, bad_record, classify
 from strata.config import Settings
 from strata.errors import StrataError
 from strata.topics import ensure_topics
@@ -113,50 +112,15 @@ class RawLogReader(CacheLogReader):
     """The cache log's messages as the broker has them: no decoding, key and timestamp kept."""
 
     def read_raw(self, start: int, end: int, timeout_s: float = 10.0) -> Iterator[RawMessage]:
-        """Messages with offsets in [start, end). Offsets without a message (transaction markers) are skipped."""
-        if start >= end:
-            return
-        consumer = self._consumer()
-        try:
-            consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
-            next_offset = start
-            while next_offset < end:
-                # consume() waits for all num_messages (or the timeout): ask for no more than remain
-                batch = consumer.consume(num_messages=min(1000, end - next_offset), timeout=timeout_s)
-                if not batch:
-                    raise StrataError(f"no message from {self.topic} for {timeout_s:g} s at offset {next_offset}")
-                for msg in batch:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            next_offset = max(next_offset, msg.offset())  # markers at the end take offsets
-                            continue
-                        if err.retriable() or err.code() in (
-                            KafkaError._UNKNOWN_PARTITION,
-                            KafkaError.UNKNOWN_TOPIC_OR_PART,
-                        ):
-                            continue
-                        raise StrataError(f"reading {self.topic}: {err.str()}")
-                    offset = msg.offset()
-                    if offset >= end:
-                        next_offset = end
-                        break
-                    next_offset = offset + 1
-                    yield RawMessage(offset, msg.timestamp()[1], msg.key(), msg.value() or b"")
-        finally:
-            consumer.close()
+        """Messages with offsets in [start, end)."""
+        for msg in self.messages(start, end, timeout_s):
+            yield RawMessage(msg.offset(), msg.timestamp()[1], msg.key(), msg.value() or b"")
 
 
 def decode_message(value: bytes, offset: int, topic: str) -> LogRecord:
     """The record of one cache-log message, exactly as ``CacheLogReader`` decodes it (bad -> BadRecord)."""
-    try:
-        record = decode(value)
-    except CodecError as exc:
-        return BadRecord(raw=value, error=f"offset {offset}: {exc}", source=f"kafka:{topic}@{offset}")
-    if not record.SCHEMA.startswith("strata.log."):
-        message = f"{record.SCHEMA} does not belong in the cache log"
-        return BadRecord(raw=value, error=f"offset {offset}: {message}", source=f"kafka:{topic}@{offset}")
-    return record  # type: ignore[return-value]
+    record, _, message = classify(value)
+    return record if record is not None else bad_record(value, offset, topic, message)
 
 
 def fingerprint_of(value: bytes) -> str | None:

@@ -206,6 +206,16 @@ class CacheLogReader:
 
     def read(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[LogEntry]:
         """Entries with offsets in [start, end); ``end`` defaults to the log's end now."""
+        try:
+            for msg in self.messages(start, end, timeout_s):
+                offset = msg.offset()
+                yield LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
+        finally:
+            if self._quarantine is not None:
+                self._quarantine.flush()
+
+    def messages(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[Message]:
+        """The messages with offsets in [start, end) as the broker has them, not decoded."""
         consumer = self._consumer()
         try:
             if end is None:
@@ -219,19 +229,17 @@ class CacheLogReader:
                 batch = consumer.consume(num_messages=min(1000, end - next_offset), timeout=timeout_s)
                 if not batch:
                     raise StrataError(f"no message from {self.topic} for {timeout_s:g} s at offset {next_offset}")
-                for entry in self._entries(batch):
-                    if entry.offset >= end:
+                for msg in self._valid(batch):
+                    if msg.offset() >= end:
                         break
-                    next_offset = entry.offset + 1
-                    yield entry
+                    next_offset = msg.offset() + 1
+                    yield msg
                 # The end of the partition before ``end``: what is left are offsets no message
                 # holds (a transaction's marker), which Strata's gap check then reports.
                 if any(_is_eof(m) for m in batch):
                     break
         finally:
             consumer.close()
-            if self._quarantine is not None:
-                self._quarantine.flush()
 
     def follow(self, start: int, stop: threading.Event, tick_s: float = 0.5) -> Iterator[LogEntry | None]:
         """Entries from ``start`` on, as they arrive, until ``stop`` is set; None when idle for a tick."""
@@ -252,6 +260,11 @@ class CacheLogReader:
                 self._quarantine.flush()
 
     def _entries(self, batch: list[Message]) -> Iterator[LogEntry]:
+        for msg in self._valid(batch):
+            offset = msg.offset()
+            yield LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
+
+    def _valid(self, batch: list[Message]) -> Iterator[Message]:
         for msg in batch:
             err = msg.error()
             if err is not None:
@@ -261,20 +274,12 @@ class CacheLogReader:
                 if err.code() in _TRANSIENT or err.retriable():
                     continue
                 raise StrataError(f"reading {self.topic}: {err.str()}")
-            offset = msg.offset()
-            yield LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
+            yield msg
 
     def _decode(self, value: bytes, offset: int) -> LogRecord:
         self.stats.records += 1
-        try:
-            record = decode(value)
-        except CodecError as exc:
-            return self._bad(value, offset, exc.reason, str(exc))
-        if isinstance(record, BadRecord):
-            return record
-        if not _is_log_record(record):
-            return self._bad(value, offset, "not-a-log-record", f"{record.SCHEMA} does not belong in the cache log")
-        return record
+        record, reason, message = classify(value)
+        return record if record is not None else self._bad(value, offset, reason, message)
 
     def _bad(self, value: bytes, offset: int, reason: str, message: str) -> BadRecord:
         self.stats.bad[reason] += 1
@@ -292,7 +297,7 @@ class CacheLogReader:
                     ("strata.origin.offset", str(offset).encode()),
                 ],
             )
-        return BadRecord(raw=value, error=f"offset {offset}: {message}", source=f"kafka:{self.topic}@{offset}")
+        return bad_record(value, offset, self.topic, message)
 
     def _consumer(self) -> Consumer:
         return Consumer(
@@ -308,6 +313,21 @@ class CacheLogReader:
                 }
             )
         )
+
+
+def classify(value: bytes) -> tuple[LogRecord | None, str, str]:
+    """A cache-log message's record, or (None, reason, message) when it is no log record."""
+    try:
+        record = decode(value)
+    except CodecError as exc:
+        return None, exc.reason, str(exc)
+    if isinstance(record, BadRecord) or _is_log_record(record):
+        return record, "", ""  # type: ignore[return-value]
+    return None, "not-a-log-record", f"{record.SCHEMA} does not belong in the cache log"
+
+
+def bad_record(value: bytes, offset: int, topic: str, message: str) -> BadRecord:
+    return BadRecord(raw=value, error=f"offset {offset}: {message}", source=f"kafka:{topic}@{offset}")
 
 
 def _is_eof(msg: Message) -> bool:
