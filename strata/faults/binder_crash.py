@@ -74,7 +74,8 @@ def run(ctx: FaultContext) -> FaultResult:
                     env,
                     lambda: _outcomes(settings, (EvictSucceeded, EvictFailed)) >= set(evicted),
                 )
-                time.sleep(1.0)  # the last watch events
+                # the binds' watch events reach the log after the API has them: wait for them
+                _wait(lambda: not _binding(_fold(settings, config)), 60, "the binds' watch events in the log")
             finally:
                 ingest.send_signal(signal.SIGTERM)
                 ingest.communicate(timeout=60)
@@ -124,12 +125,16 @@ def _check(
         elif isinstance(record, (EvictSucceeded, EvictFailed)):
             evict_outcomes.add(record.pod)
     missing = [uid for uid in admitted if not outcomes[uid]]
-    binding = [uid for uid, t in state.tasks.items() if t.status == "Binding"]
+    binding = _binding(state)
     result.records_lost += len(missing) + len(binding) + len(evicted - evict_outcomes)
     if len(admitted) != len(placement):
         result.notes.append(f"{len(admitted)} of {len(placement)} BINDs admitted")
     repeated = sum(n - 1 for n in outcomes.values() if n > 1)
     result.notes.append(f"{len(admitted)} binds, {len(evicted)} evictions; {repeated} outcome(s) repeated (harmless)")
+
+
+def _binding(state: CacheState) -> list[str]:
+    return [uid for uid, t in state.tasks.items() if t.status == "Binding"]
 
 
 def _outcomes(settings: Settings, kinds: tuple[type, ...]) -> set[str]:
