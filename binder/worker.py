@@ -53,6 +53,7 @@ ERROR = "strata.error"
 DUE_MS = "strata.due_ms"
 REASON = "strata.reason"
 OFFSETS_TIMEOUT_S = 5.0
+STOP_REDO_S = 15.0  # how long a stopping worker keeps redoing an aborted batch
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class CommandWorker:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._outcomes = Publisher(settings)  # into the cache log: idempotent, never transactional
+        self._redo = False  # the last batch was aborted and is not done yet
         self.processed = 0
 
     # -------------------------------------------------------------------------------- loop
@@ -154,6 +156,11 @@ class CommandWorker:
         try:
             while not self.stop.is_set():
                 self.step()
+            # A batch aborted just before the stop has had its effect on the API server but has
+            # no outcome in the log yet: redo it now rather than leave that to the next binder.
+            deadline = time.monotonic() + STOP_REDO_S
+            while self._redo and time.monotonic() < deadline:
+                self.step()
         finally:
             # no transaction is open between steps: every step commits or aborts its own
             consumer.close()
@@ -166,6 +173,7 @@ class CommandWorker:
             consumer.pause(held)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._redo = False  # whoever is assigned the partitions now redoes what was aborted
         for tp in partitions:
             self._paused.pop((tp.topic, tp.partition), None)
 
@@ -178,8 +186,10 @@ class CommandWorker:
         if not items:
             return
         self._carry_out(items)
+        self._redo = True
         try:
             self._commit(consumer, items)
+            self._redo = False
         except txn.Abort as exc:
             log.warning("%s: transaction aborted (%s); redoing the batch", self.transactional_id, exc)
             metrics.ABORTS.labels(self.transactional_id).inc()

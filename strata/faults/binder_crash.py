@@ -60,7 +60,16 @@ def run(ctx: FaultContext) -> FaultResult:
                     writer.append(Bind(pod=uid, node=node, replica="faults"))
                 writer.flush()
                 _crash_loop(result, ctx, rng, [STRATA, "bind", "--instance", f"{ns}-b", *fold], env, kills)
-                _finish([STRATA, "bind", "--instance", f"{ns}-b", *fold], env, lambda: _all_bound(api, ns, pods))
+                # done once every BIND has its outcome in the log, not once the API has every pod bound:
+                # a batch whose transaction aborted as the last binder stopped is redone only by a
+                # later binder, so stopping at "all bound" could leave outcomes unwritten
+                _finish(
+                    [STRATA, "bind", "--instance", f"{ns}-b", *fold],
+                    env,
+                    lambda: (
+                        _all_bound(api, ns, pods) and _outcomes(settings, (BindSucceeded, BindFailed)) >= set(placement)
+                    ),
+                )
                 bound = {p["metadata"]["uid"]: p["spec"].get("nodeName") for p in _list(api, ns)}
                 result.duplicates += sum(1 for uid, node in placement.items() if bound.get(uid) not in (node, None))
                 # evict half of them, with the evictor killed the same way
