@@ -7,9 +7,13 @@ function of the stored HyperNodes and Nodes alone, computed when the snapshot is
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
-from typing import NamedTuple
+from re import _constants as _c
+from re import _parser
+from typing import Any, NamedTuple
+
+import re2
 
 from projector.kinds import HyperNodeView, Member, Requirements
 
@@ -22,12 +26,55 @@ class HyperNodeEntry(NamedTuple):
     nodes: list[str]
 
 
+# A pattern comes from a HyperNode, which anyone allowed to write HyperNodes can create, and a
+# backtracking engine lets one like (a+)+$ stall every replica's fold. The constructs the spec
+# names mean the same in RE2 (Go's engine) and Python's re, so those patterns run on RE2, in linear
+# time. Anything else keeps Python's meaning, which the conformance traces pin down (edge-12:
+# a lookahead selects nodes, though Go would refuse it); only such patterns can still backtrack.
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+_PLAIN = {_c.LITERAL, _c.ANY, _c.IN, _c.AT, _c.BRANCH, _c.SUBPATTERN, _c.MAX_REPEAT, _c.MIN_REPEAT}
+_PLAIN_AT = {_c.AT_BEGINNING, _c.AT_END}
+_PLAIN_IN = {_c.LITERAL, _c.RANGE, _c.NEGATE}
+
+
+def _plain(items: Iterable[tuple[Any, Any]]) -> bool:
+    """Whether a parsed pattern uses only the constructs of the spec's common subset."""
+    for op, arg in items:
+        if op not in _PLAIN:
+            return False
+        if op is _c.AT and arg not in _PLAIN_AT:
+            return False
+        if op is _c.IN and not all(o in _PLAIN_IN and (o is _c.NEGATE or _ascii(a)) for o, a in arg):
+            return False
+        if op is _c.BRANCH and not all(_plain(b) for b in arg[1]):
+            return False
+        if op is _c.SUBPATTERN and (arg[1] or arg[2] or not _plain(arg[3])):
+            return False  # inline flags such as (?i) are not in the subset
+        if op in (_c.MAX_REPEAT, _c.MIN_REPEAT) and not _plain(arg[2]):
+            return False
+    return True
+
+
+def _ascii(arg: Any) -> bool:
+    return all(c < 128 for c in (arg if isinstance(arg, tuple) else (arg,)))
+
+
 @lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> re.Pattern[str] | None:
+def _compiled(pattern: str) -> Callable[[str], object] | None:
+    """The search function of a pattern; None when it does not compile (it contributes nothing)."""
     try:
-        return re.compile(pattern)
+        parsed = _parser.parse(pattern)
+        compiled = re.compile(pattern)
     except (re.error, RecursionError, OverflowError):
         return None
+    # "{,n}" is a repeat to Python and literal text to RE2; "[:" opens a POSIX class in RE2 only
+    if not parsed.state.flags & ~re.UNICODE and _plain(parsed) and "{," not in pattern and "[:" not in pattern:
+        try:
+            return re2.compile(pattern, _RE2_OPTIONS).search
+        except re2.error:
+            pass
+    return compiled.search
 
 
 def _selects(requirements: Requirements, labels: Mapping[str, str]) -> bool:
@@ -55,9 +102,9 @@ def _own_nodes(members: Iterable[Member], nodes: Mapping[str, Mapping[str, str]]
         if m.exact:
             out.add(m.exact)
         if m.regex:
-            pattern = _compiled(m.regex)
-            if pattern is not None:
-                out.update(name for name in nodes if pattern.search(name))
+            search = _compiled(m.regex)
+            if search is not None:
+                out.update(name for name in nodes if search(name))
         if m.labels:
             out.update(name for name, labels in nodes.items() if _selects(m.labels, labels))
     return out

@@ -300,3 +300,25 @@ def test_dumped_offsets_replay_like_the_log():
     ]
     state, _ = replay_bytes("\n".join(lines).encode())
     assert state.tasks["a"].status == "Binding"
+
+
+def test_hypernode_regex_of_the_common_subset_runs_in_linear_time():
+    """The spec's constructs run on RE2: a pattern that makes a backtracking engine take 2^40 steps
+    on a 43-character name is answered at once. Constructs outside the subset keep Python's meaning,
+    as the conformance trace edge-12 expects (a lookahead selects nodes)."""
+    from projector.hypernodes import hypernode_entries
+    from projector.kinds import HyperNodeView, Member
+
+    long = "a" * 40 + "-x"
+    nodes = {long: {}, "aaa": {}, "n1": {}, "n{,1}": {}}
+
+    def selected(pattern: str) -> list[str]:
+        hypernodes = {"h": HyperNodeView("h", 1, "", (Member("Node", None, pattern, None),))}
+        return hypernode_entries(hypernodes, nodes)["h"].nodes
+
+    assert selected("(a+)+$") == ["aaa"]
+    assert selected("^n[0-9]{1,3}$|x$") == [long, "n1"]
+    assert selected("a(?=a)") == ["aaa", long]
+    assert selected("(a)\\1") == ["aaa", long]
+    assert selected("^n{,1}$") == []  # to Python, "n" 0 or 1 times; to RE2 the literal "n{,1}"
+    assert selected("a[") == []  # does not compile: contributes nothing
