@@ -24,6 +24,7 @@ SCHEDULER_NEEDS = [
 ]
 BINDER_NEEDS = [("create", "", "pods", "binding"), ("patch", "", "pods", "status"), ("get", "", "pods", "")]
 EVICTOR_NEEDS = [("create", "", "pods", "eviction"), ("get", "", "pods", "")]
+EVICTOR_VOLCANO_NEEDS = [("get", "", "pods", ""), ("delete", "", "pods", ""), ("patch", "", "pods", "status")]
 NEVER = [
     ("get", "", "secrets", ""),
     ("list", "", "secrets", ""),
@@ -39,7 +40,14 @@ COMPONENTS = {
         [*BINDER_NEEDS, *EVICTOR_NEEDS, ("list", "", "pods", ""), ("delete", "", "pods", "")],
     ),
     "binder": (BINDER_NEEDS, [EVICTOR_NEEDS[0], ("delete", "", "pods", ""), SCHEDULER_NEEDS[1]]),
-    "evictor": (EVICTOR_NEEDS, [BINDER_NEEDS[0], SCHEDULER_NEEDS[1], ("update", "", "pods", "")]),
+    "evictor": (
+        EVICTOR_NEEDS,
+        [BINDER_NEEDS[0], SCHEDULER_NEEDS[1], ("update", "", "pods", ""), *EVICTOR_VOLCANO_NEEDS[1:]],
+    ),
+    "evictor-volcano": (
+        EVICTOR_VOLCANO_NEEDS,
+        [BINDER_NEEDS[0], EVICTOR_NEEDS[0], SCHEDULER_NEEDS[1], ("update", "", "pods", "")],
+    ),
 }
 
 

@@ -11,7 +11,7 @@ from strata.devstack.apiserver import service_account_kubeconfig
 from tests.manifests import apply, load
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "rbac"
-COMPONENTS = ("ingest", "binder", "evictor", "scheduler")
+COMPONENTS = ("ingest", "binder", "evictor", "evictor-volcano", "scheduler")
 
 
 def apply_component(admin: KubeApi, component: str, docs: list[dict[str, Any]] | None = None) -> str:

@@ -4,9 +4,8 @@ Strata ships (deploy/rbac/), against the local kube-apiserver (RBAC on, tokens f
 `strata ingest`, `strata bind` and `strata evict` run as subprocesses with their own kubeconfig; a
 scheduler replica's status writes and events (``StatusUpdater``, ``ApiEventRecorder``) run here.
 Each does its job, and each is refused (403) what belongs to another. Every check is one run.
-The evictor runs twice: in its default mode (eviction) with the manifest minus the rules its
-comment marks "--mode volcano only" (as a deployment without that mode would apply it), then in
-volcano mode with the manifest as shipped.
+The evictor runs twice: in its default mode (eviction) with deploy/rbac/evictor.yaml, then in
+volcano mode with deploy/rbac/evictor-volcano.yaml (its own ServiceAccount, the delete rights).
 
 The scenario needs a checkout of Strata (deploy/rbac and tests/tokens.py) and the kube-apiserver
 of `strata dev up --kube` (or the cluster of the settings' kubeconfig, where it may create
@@ -36,17 +35,12 @@ from schemas import Bind, BindSucceeded, Evict, EvictSucceeded, Synced
 from strata.cachelog import CacheLogReader, CacheLogWriter, LogEntry
 from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult
-from strata.topics import ensure_topics
+from strata.topics import drop_topics, ensure_topics
 
 REPO = Path(__file__).resolve().parents[2]
 STRATA = str(Path(sys.executable).with_name("strata"))
 KINDS = {"Pod", "Node", "PodGroup", "Queue", "PriorityClass", "CSINode", "HyperNode"}
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
-# the rules of deploy/rbac/evictor.yaml that only --mode volcano needs
-VOLCANO_ONLY = [
-    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
-]
 WAIT_S = 60.0
 
 
@@ -124,7 +118,6 @@ class _Scenario:
         self.ns = f"rbac-{tag}"
         self.node = f"rbac-{tag}-n1"
         self.queue = f"rbac-{tag}-q"
-        self.eviction_only = f"strata-evictor-{tag}"  # the evictor's RBAC without the volcano-mode rules
         self.kubeconfigs: dict[str, Path] = {}
         self.outputs: dict[str, Path] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -163,17 +156,14 @@ class _Scenario:
 
     # ------------------------------------------------------------------------------ setup
     def run(self) -> None:
-        from tests.tokens import component_kubeconfig
+        from tests.tokens import COMPONENTS, component_kubeconfig
 
         self.ctx.workdir.mkdir(parents=True, exist_ok=True)
         (self.ctx.workdir / "data").mkdir(exist_ok=True)
-        for component in ("ingest", "binder", "evictor", "scheduler"):
+        for component in COMPONENTS:
             self.kubeconfigs[component] = component_kubeconfig(
                 self.admin_path, component, self.ctx.workdir / f"{component}.kubeconfig"
             )
-        self.kubeconfigs["evictor-eviction"] = component_kubeconfig(
-            self.admin_path, "evictor", self.ctx.workdir / "evictor-eviction.kubeconfig", self._eviction_only()
-        )
         for name, path in self.kubeconfigs.items():
             mode = path.stat().st_mode & 0o777
             self.expect(mode == 0o600, f"{name}: its kubeconfig has mode {mode:o}, not 600")
@@ -187,24 +177,6 @@ class _Scenario:
         self.replica()
         self._stop("ingest")
         self._no_token_in_outputs()
-
-    def _eviction_only(self) -> list[dict[str, Any]]:
-        docs = yaml.safe_load_all((REPO / "deploy" / "rbac" / "evictor.yaml").read_text())
-        out = []
-        for doc in filter(None, docs):
-            doc["metadata"]["name"] = self.eviction_only
-            if doc["kind"] == "ClusterRole":
-                rules = [r for r in doc["rules"] if r not in VOLCANO_ONLY]
-                self.expect(
-                    len(rules) == len(doc["rules"]) - len(VOLCANO_ONLY),
-                    "deploy/rbac/evictor.yaml no longer has the volcano-only rules this scenario strips",
-                )
-                doc["rules"] = rules
-            if doc["kind"] == "ClusterRoleBinding":
-                doc["roleRef"]["name"] = self.eviction_only
-                doc["subjects"][0]["name"] = self.eviction_only
-            out.append(doc)
-        return out
 
     def _objects(self) -> None:
         api = self.admin
@@ -353,7 +325,7 @@ class _Scenario:
     def evictor(self) -> None:
         assert self.log is not None
         ns = f"/api/v1/namespaces/{self.ns}"
-        for who, mode, pod in (("evictor-eviction", "eviction", "e1"), ("evictor", "volcano", "v1")):
+        for who, mode, pod in (("evictor", "eviction", "e1"), ("evictor-volcano", "volcano", "v1")):
             self.ctx.log(f"rbac: strata evict --mode {mode} with the {who} token")
             self.granted(who, f"{ns}/pods/{pod}")
             writer = CacheLogWriter(self.settings)
@@ -438,16 +410,12 @@ class _Scenario:
             self.log.close()
         api = self.admin
         ns = f"/api/v1/namespaces/{self.ns}"
-        rbac = "/apis/rbac.authorization.k8s.io/v1"
         for method, path, query in (
             ("DELETE", f"{ns}/pods", {"gracePeriodSeconds": 0}),
             ("DELETE", f"{VOLCANO}/namespaces/{self.ns}/podgroups/pg", {}),
             ("DELETE", f"{ns}/events", {}),
             ("DELETE", f"/api/v1/nodes/{self.node}", {}),
             ("DELETE", f"{VOLCANO}/queues/{self.queue}", {}),
-            ("DELETE", f"{rbac}/clusterrolebindings/{self.eviction_only}", {}),
-            ("DELETE", f"{rbac}/clusterroles/{self.eviction_only}", {}),
-            ("DELETE", f"/api/v1/namespaces/strata/serviceaccounts/{self.eviction_only}", {}),
         ):
             with contextlib.suppress(Exception):
                 api.call(method, path, **query)
@@ -460,10 +428,4 @@ class _Scenario:
         for path in self.kubeconfigs.values():
             path.unlink(missing_ok=True)  # the tokens expire in an hour; nothing keeps them longer
         if self.topics:
-            from confluent_kafka.admin import AdminClient
-
-            admin = AdminClient(self.settings.client_config())
-            doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(self.settings.topic_prefix)]
-            if doomed:
-                for future in admin.delete_topics(doomed, operation_timeout=60).values():
-                    future.result()
+            drop_topics(self.settings)
