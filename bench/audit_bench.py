@@ -23,8 +23,6 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
-
 from ingest.from_trace import publish_trace
 from projector.auditstore import AuditIndex
 from projector.runner import LogRunner
@@ -32,7 +30,7 @@ from projector.sqlstore import SqlCheckpointStore
 from projector.state import FoldConfig
 from strata.config import Settings, settings_from
 from strata.history import history
-from strata.topics import ensure_topics
+from strata.topics import drop_topics, ensure_topics
 
 STRATA = str(Path(sys.executable).with_name("strata"))
 
@@ -48,10 +46,7 @@ def main() -> None:
     try:
         run(settings, args)
     finally:
-        admin = AdminClient(settings.client_config())
-        names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix)]
-        for future in admin.delete_topics(names, operation_timeout=60).values():
-            future.result()
+        drop_topics(settings)
 
 
 def run(settings: Settings, args: argparse.Namespace) -> None:

@@ -155,10 +155,10 @@ class ReadStats:
 class CacheLogReader:
     """Reads the cache log from an offset up to the end as of the call (or a given end)."""
 
-    def __init__(self, settings: Settings, quarantine: Publisher | None = None) -> None:
+    def __init__(self, settings: Settings, quarantine: Publisher | None = None, topic: str | None = None) -> None:
         self.settings = settings
         names = TopicNames(settings.topic_prefix)
-        self.topic = names.cache_log
+        self.topic = topic or names.cache_log  # another single-partition topic (the digests) reads the same way
         self.quarantine_topic = names.quarantine
         self._quarantine = quarantine
         self.stats = ReadStats()

@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from prometheus_client import Counter as MetricCounter
 from prometheus_client import Gauge
 
 from projector.snapshot import Snapshot
 from schemas import CodecError, Digest, decode, encode
-from strata.cachelog import Publisher
+from strata.cachelog import CacheLogReader, Publisher
 from strata.config import Settings
-from strata.errors import StrataError
 from strata.topics import TopicNames
 
 LOG = logging.getLogger("strata.digests")
@@ -70,44 +67,17 @@ def compared_versions(digests: Iterable[Digest]) -> int:
 
 def read_digests(settings: Settings, timeout_s: float = 10.0) -> list[Digest]:
     """Every digest on the topic (what compaction left), in topic order."""
-    topic = TopicNames(settings.topic_prefix).digests
-    consumer = Consumer(
-        settings.client_config(
-            **{
-                "group.id": f"{settings.topic_prefix}digests-reader",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
-        )
-    )
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
-        if high <= low:
-            return []
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        out: list[Digest] = []
-        deadline = time.monotonic() + timeout_s
-        done = False
-        while not done:
-            if time.monotonic() > deadline:
-                raise StrataError(f"reading {topic}: not at its end after {timeout_s:g} s")
-            # consume() waits its whole timeout unless the batch fills: ask often, briefly
-            for msg in consumer.consume(1000, timeout=0.1):
-                err = msg.error()
-                if err is not None:
-                    done = done or err.code() == KafkaError._PARTITION_EOF
-                    continue
-                done = done or msg.offset() >= high - 1
-                try:
-                    record = decode(msg.value() or b"")
-                except CodecError as exc:
-                    LOG.warning("digests topic, offset %d: %s", msg.offset(), exc)
-                    continue
-                if isinstance(record, Digest):
-                    out.append(record)
-        return out
-    finally:
-        consumer.close()
+    out: list[Digest] = []
+    reader = CacheLogReader(settings, topic=TopicNames(settings.topic_prefix).digests)
+    for msg in reader.messages(timeout_s=timeout_s):
+        try:
+            record = decode(msg.value() or b"")
+        except CodecError as exc:
+            LOG.warning("digests topic, offset %d: %s", msg.offset(), exc)
+            continue
+        if isinstance(record, Digest):
+            out.append(record)
+    return out
 
 
 class DigestReporter:

@@ -109,6 +109,17 @@ def admin_client(settings: Settings) -> AdminClient:
     return AdminClient(settings.client_config())
 
 
+def drop_topics(settings: Settings, config: dict[str, object] | None = None, timeout_s: float = 60.0) -> list[str]:
+    """Delete every topic whose name starts with the settings' prefix (a test's, a benchmark's or a
+    fault scenario's own prefix); ``config`` replaces the settings' client configuration."""
+    admin = AdminClient(config if config is not None else settings.client_config())
+    names = sorted(t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix))
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=timeout_s).values():
+            future.result()
+    return names
+
+
 def ensure_topics(settings: Settings, timeout_s: float = 30.0) -> dict[str, str]:
     """Create every topic of the plan that is missing; check the ones that exist.
 

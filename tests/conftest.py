@@ -13,7 +13,7 @@ from typing import IO
 import pytest
 
 from strata.config import Settings, settings_from
-from strata.topics import ensure_topics
+from strata.topics import drop_topics, ensure_topics
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,17 +57,6 @@ def kafka(broker: Settings) -> Iterator[Settings]:
     ensure_topics(settings)
     yield settings
     drop_topics(settings)
-
-
-def drop_topics(settings: Settings) -> None:
-    """Delete every topic whose name starts with the settings' topic prefix."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(settings.client_config())
-    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix)]
-    if names:
-        for future in admin.delete_topics(names, operation_timeout=30).values():
-            future.result()
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,7 @@ from projector.state import CacheState
 from schemas import Bind, Evict, decode
 from strata.cachelog import CacheLogReader, LogEntry
 from strata.config import Settings
-from strata.topics import ensure_topics
-from tests.conftest import drop_topics
+from strata.topics import drop_topics, ensure_topics
 
 DELAYS = (2, 4)  # retry tiers short enough for tests, long enough to act between attempts
 # Not TEST_PREFIX: another test session on the same broker deletes every topic under it when it

@@ -10,10 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
-
 from strata.config import Settings
-from strata.topics import ensure_topics
+from strata.topics import drop_topics, ensure_topics
 
 STRATA = str(Path(sys.executable).with_name("strata"))
 
@@ -26,11 +24,7 @@ def fresh_log(settings: Settings, name: str) -> Iterator[Settings]:
     try:
         yield scoped
     finally:
-        admin = AdminClient(scoped.client_config())
-        doomed = [t for t in admin.list_topics(timeout=10).topics if t.startswith(scoped.topic_prefix)]
-        if doomed:
-            for future in admin.delete_topics(doomed, operation_timeout=60).values():
-                future.result()
+        drop_topics(scoped)
 
 
 def env_for(settings: Settings, **more: str) -> dict[str, str]:

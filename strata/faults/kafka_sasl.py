@@ -19,12 +19,9 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from strata.faults import FaultContext, FaultResult
-
-if TYPE_CHECKING:
-    from strata.devstack.kafka import KafkaBroker
+from strata.topics import drop_topics
 
 NAME = "kafka-sasl"
 REPO = Path(__file__).resolve().parents[2]
@@ -132,7 +129,8 @@ def run(ctx: FaultContext) -> FaultResult:
             out = cleartext.result()
             check("a PLAINTEXT client on the SASL_SSL port fails with one line", _one_line_failure(out), out.stderr)
     finally:
-        _drop_topics(broker, prefix)
+        # through the SASL_SSL listener too
+        drop_topics(ctx.settings.with_(topic_prefix=prefix), {**broker.secure_client_config(), "log_level": 0})
 
     leaked = [i for i, text in enumerate(strata.outputs) if password in text]
     check("no process output holds the password", not leaked, f"{len(leaked)} outputs do")
@@ -151,14 +149,3 @@ def _one_line_failure(out: subprocess.CompletedProcess) -> bool:
         and lines[0].startswith("strata: error: ")
         and "Traceback" not in out.stderr
     )
-
-
-def _drop_topics(broker: KafkaBroker, prefix: str) -> None:
-    """Delete the scenario's topics, through the SASL_SSL listener too."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({**broker.secure_client_config(), "log_level": 0})
-    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix)]
-    if names:
-        for future in admin.delete_topics(names, operation_timeout=30).values():
-            future.result()
