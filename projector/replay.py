@@ -21,15 +21,27 @@ from schemas import objectjson
 @dataclass
 class ReplayReport:
     records: int = 0
-    bad: list[tuple[int, str]] = field(default_factory=list)  # (line number, error)
+    bad: list[tuple[int, str]] = field(default_factory=list)  # (line number or offset, error)
     rejected: list[tuple[int, str]] = field(default_factory=list)
+
+    def count(self, where: int, outcome: Outcome, strict: bool = False, unit: str = "line") -> None:
+        """Count one folded record; with ``strict`` a bad one ends the replay (``StrictStop``)."""
+        self.records += 1
+        if outcome is APPLIED:
+            return
+        if outcome.result == "bad":
+            self.bad.append((where, outcome.reason))
+            if strict:
+                raise StrictStop(where, outcome.reason, unit)
+        elif outcome.result == "rejected":
+            self.rejected.append((where, outcome.reason))
 
 
 class StrictStop(Exception):
     """--strict: the first bad record ends the replay."""
 
-    def __init__(self, line: int, error: str) -> None:
-        super().__init__(f"line {line}: bad record: {error}")
+    def __init__(self, where: int, error: str, unit: str = "line") -> None:
+        super().__init__(f"{unit} {where}: bad record: {error}")
 
 
 def fold_line(state: CacheState, line: bytes) -> Outcome:
@@ -105,15 +117,7 @@ def replay_lines(
                 continue
         if state.version == limit:
             break
-        outcome = fold_line(state, line)
-        report.records += 1
-        if outcome is not APPLIED:
-            if outcome.result == "bad":
-                report.bad.append((number, outcome.reason))
-                if strict:
-                    raise StrictStop(number, outcome.reason)
-            elif outcome.result == "rejected":
-                report.rejected.append((number, outcome.reason))
+        report.count(number, fold_line(state, line), strict)
     return state, report
 
 

@@ -19,15 +19,15 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import fastavro
 
 from projector import statecodec
-from projector.replay import StrictStop
-from projector.state import APPLIED, CacheState, FoldConfig
+from projector.replay import ReplayReport
+from projector.state import CacheState, FoldConfig
 from schemas import LogRecord
 from schemas.codec import HEADER_SIZE, MARKER
 from strata import __version__, archive_codec
@@ -77,12 +77,9 @@ class RawMessage(NamedTuple):
 
 
 @dataclass
-class ArchiveReport:
-    """What ``fold_archive`` folded. Like ``ReplayReport``, with offsets where it has line numbers."""
+class ArchiveReport(ReplayReport):
+    """What ``fold_archive`` folded: a ``ReplayReport`` with offsets where it has line numbers."""
 
-    records: int = 0
-    bad: list[tuple[int, str]] = field(default_factory=list)
-    rejected: list[tuple[int, str]] = field(default_factory=list)
     files: int = 0
     bytes: int = 0
 
@@ -413,15 +410,7 @@ def fold_archive(
             offset = msg["offset"]
             if until is not None and offset >= until:
                 break
-            outcome = state.apply(decode_message(msg["value"], offset, manifest.topic))
-            report.records += 1
-            if outcome is not APPLIED:
-                if outcome.result == "bad":
-                    report.bad.append((offset, outcome.reason))
-                    if strict:
-                        raise StrictStop(offset, outcome.reason)
-                elif outcome.result == "rejected":
-                    report.rejected.append((offset, outcome.reason))
+            report.count(offset, state.apply(decode_message(msg["value"], offset, manifest.topic)), strict, "offset")
         report.files += 1
         report.bytes += entry.bytes
         if progress is not None:

@@ -306,7 +306,7 @@ def _replay_archive(directory: Path, until: int | None, strict: bool, fold: Any)
         try:
             state, report = fold_archive(directory, fold, until, strict=strict, progress=advance)
         except StrictStop as exc:
-            raise StrataError(f"{directory}: {str(exc).replace('line ', 'offset ', 1)}") from exc
+            raise StrataError(f"{directory}: {exc}") from exc
     for offset, error in report.bad:
         click.echo(f"{directory}: offset {offset}: bad record: {error}", err=True)
     took = max(time.monotonic() - started, 1e-9)
