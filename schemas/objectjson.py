@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from json.encoder import encode_basestring  # type: ignore[attr-defined]  # the C speedup, like json.dumps
 from typing import Any
 
@@ -40,7 +41,23 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_decoder = json.JSONDecoder(parse_float=NumberLiteral, parse_constant=_reject_constant)
+# CPython refuses int <-> str conversions of more digits than sys.get_int_max_str_digits(),
+# which PYTHONINTMAXSTRDIGITS sets per process (0: no limit; 640 at the least). Which records are
+# bad must not depend on a reader's environment: an integer literal of more than MAX_INT_DIGITS
+# digits is refused here, always, and a lower limit is raised to it so that every integer that
+# loads also converts back (snapshots and checkpoints render them).
+MAX_INT_DIGITS = 4300
+if 0 < sys.get_int_max_str_digits() < MAX_INT_DIGITS:
+    sys.set_int_max_str_digits(MAX_INT_DIGITS)
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS and len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of more than {MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+_decoder = json.JSONDecoder(parse_float=NumberLiteral, parse_int=_parse_int, parse_constant=_reject_constant)
 
 
 _scan = _decoder.scan_once  # the C scanner; JSONDecoder.decode adds two regex calls around it

@@ -743,3 +743,40 @@ def test_poison_messages_never_disturb_good_records(data):
     positions = data.draw(st.lists(st.integers(0, len(GOOD_RECORDS)), min_size=len(messages), max_size=len(messages)))
     COUNTS["interleaved: poison messages"] += len(messages)
     _compare(GOOD_RECORDS, [_reader_record(m) for m in messages], positions, apply_one)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    digits=st.from_regex(r"[1-9][0-9]{0,1500}", fullmatch=True),
+    multiplier=st.sampled_from([1, 1000, 1024, 1000 * 1024**3, 1024**6]),
+    exponent=st.integers(-1600, 4),
+)
+def test_long_quantities_scale_exactly(digits: str, multiplier: int, exponent: int):
+    """The linear-time path for long literals (decimal) agrees with exact rational arithmetic."""
+    import math
+    from fractions import Fraction
+
+    from projector.resources import _ceil_scaled
+
+    expected = math.ceil(Fraction(int(digits) * multiplier) * Fraction(10) ** exponent)
+    assert _ceil_scaled(digits, multiplier, exponent) == expected
+
+
+@pytest.mark.parametrize("limit", ["0", "640", "100000"])
+def test_which_integers_are_bad_does_not_depend_on_the_environment(limit: str):
+    """PYTHONINTMAXSTRDIGITS moves CPython's int/str limit; a reader's verdict must not move."""
+    import os
+    import subprocess
+    import sys
+
+    program = (
+        "from schemas import objectjson\n"
+        "for n in (700, 4300, 4301):\n"
+        "    try:\n"
+        "        print(len(objectjson.dumps(objectjson.loads('[-' + '9' * n + ']'))))\n"
+        "    except ValueError:\n"
+        "        print('bad')\n"
+    )
+    env = {**os.environ, "PYTHONINTMAXSTRDIGITS": limit}
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["703", "4303", "bad"]
