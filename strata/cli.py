@@ -21,8 +21,16 @@ from typing import Any
 import click
 
 from strata import __version__
-from strata.cliopts import StrataGroup, db_option, fold_options, kafka_options, log_runner, output_option
-from strata.config import Settings, settings_from
+from strata.cliopts import (
+    BROKER_REFUSALS,
+    StrataGroup,
+    db_option,
+    fold_options,
+    kafka_options,
+    log_runner,
+    output_option,
+)
+from strata.config import KAFKA_LOGGER, Settings, settings_from
 from strata.errors import StrataError
 
 
@@ -32,8 +40,13 @@ def main() -> None:
     """Strata: Volcano's scheduler cache as a deterministic fold of one Kafka log."""
     logging.basicConfig(level=logging.WARNING, format="strata: %(name)s: %(message)s")
     # librdkafka logs every refused connection; the failure that matters reaches the user as
-    # the command's one-line error, so its chatter shows only with STRATA_DEBUG.
-    logging.getLogger("strata.kafka").setLevel(logging.DEBUG if os.environ.get("STRATA_DEBUG") else logging.CRITICAL)
+    # the command's one-line error (naming a refusal, BROKER_REFUSALS), so its chatter shows
+    # only with STRATA_DEBUG.
+    KAFKA_LOGGER.addHandler(BROKER_REFUSALS)
+    if os.environ.get("STRATA_DEBUG"):
+        KAFKA_LOGGER.setLevel(logging.DEBUG)
+    else:
+        KAFKA_LOGGER.propagate = False
 
 
 # ---------------------------------------------------------------------------------------- dev

@@ -13,10 +13,11 @@ from typing import Any
 import click
 from confluent_kafka import KafkaException
 
-from strata.config import DEFAULT_TOPIC_PREFIX, Settings, settings_from
+from strata.config import DEFAULT_TOPIC_PREFIX, BrokerRefusals, Settings, settings_from
 from strata.errors import StrataError
 
 EXIT_ERROR = 1
+BROKER_REFUSALS = BrokerRefusals()  # attached to the librdkafka logger by ``strata.cli.main``
 
 
 class StrataGroup(click.Group):
@@ -30,7 +31,11 @@ class StrataGroup(click.Group):
         except Exception as exc:
             if os.environ.get("STRATA_DEBUG"):
                 raise
-            click.echo(f"strata: error: {one_line(exc)}", err=True)
+            line = one_line(exc)
+            refusal = BROKER_REFUSALS.last
+            if refusal and refusal not in line:
+                line = f"{line} (the broker refused us: {refusal})"
+            click.echo(f"strata: error: {line}", err=True)
             ctx.exit(EXIT_ERROR)
 
 

@@ -22,6 +22,31 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 DEFAULT_TOPIC_PREFIX = "strata."
 DEFAULT_DATA_DIR = ".strata"
 KAFKA_LOGGER = logging.getLogger("strata.kafka")
+# what librdkafka says when a broker refuses us, as opposed to being unreachable
+_REFUSAL = re.compile(
+    r"(SASL authentication error|SSL handshake failed|certificate verify failed|Authentication failed)"
+)
+_LOG_PREFIX = re.compile(r"^(?:\S+ )?\[rdkafka#[^]]*\] \[thrd:[^]]*\]: (?:\S+: )?")
+_LOG_TIMING = re.compile(r" \(after \d+ms in state \w+\)")
+
+
+class BrokerRefusals(logging.Handler):
+    """Keeps the last refusal librdkafka logged (a wrong password, an untrusted certificate).
+
+    A client that cannot authenticate ends with "All broker connections are down" or a timeout;
+    the CLI adds this to its one-line error so that the line names the cause. librdkafka never
+    logs a password."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if _REFUSAL.search(text):
+            self.last = _LOG_TIMING.sub("", _LOG_PREFIX.sub("", text, count=1))
+
+
 _PASS_THROUGH_ENV = re.compile(r"^STRATA_KAFKA_(SECURITY_PROTOCOL|SASL_[A-Z0-9_]+|SSL_[A-Z0-9_]+)$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]*$")
 

@@ -122,8 +122,10 @@ def run(ctx: FaultContext) -> FaultResult:
             cleartext = pool.submit(strata, "log", "summary", env=plain, timeout=FAIL_TIMEOUT_S)
             out = refused.result()
             check(
-                "a wrong password fails with one line, no traceback, no password",
-                _one_line_failure(out) and wrong not in out.stdout + out.stderr,
+                "a wrong password fails with one line naming the refusal, no traceback, no password",
+                _one_line_failure(out)
+                and "SASL authentication error" in out.stderr
+                and wrong not in out.stdout + out.stderr,
                 out.stderr,
             )
             out = cleartext.result()
