@@ -271,3 +271,62 @@ def test_a_failing_webhook_is_retried_through_the_tiers(env: Env, ingest, binder
     eventually(lambda: check(env.get_pod("later")["spec"].get("nodeName") == node), timeout_s=30)
     eventually(lambda: check(any(isinstance(r, BindSucceeded) for r in _outcomes(env))))
     assert sorted(type(r).__name__ for r in _outcomes(env)) == ["BindFailed", "BindSucceeded"]
+
+
+def test_malformed_commands_are_dead_lettered_and_counted_by_strata_bind(env: Env, ingest):
+    """Bytes that are no command, and a command of the wrong work, go to the DLT with their reason
+    and are counted on `strata bind --metrics-port`; the good command behind them is carried out."""
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    from confluent_kafka import Producer
+
+    from schemas import EvictCommand, encode
+    from tests.test_binder_support import subprocess_env
+
+    names = TopicNames(env.settings.topic_prefix)
+    node = env.node("n1")
+    pod = env.pod("good")
+    _wait_pending(env, {"good"})
+    producer = Producer(env.settings.client_config())
+    wrong = EvictCommand(command_id="evict@0", log_offset=0, pod_uid="u", namespace=env.ns, name="x")
+    for value in (b"\x00\x01 not avro", encode(wrong)):
+        producer.produce(names.commands("bind"), value, key=b"k", partition=0)
+    producer.flush(10)
+    writer = CacheLogWriter(env.settings)
+    writer.append(Bind(pod=_uid(pod), node=node, replica="r1"))
+    writer.flush()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    strata = str(Path(sys.executable).with_name("strata"))
+    argv = [strata, "bind", "--instance", f"t-{uuid.uuid4().hex[:6]}", "--metrics-port", str(port)]
+    proc = subprocess.Popen(argv, env=subprocess_env(env.settings), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        eventually(lambda: check(env.pods()["good"]["spec"].get("nodeName") == node), timeout_s=60)
+        dead = eventually(lambda: _exactly(read_topic(env.settings, names.dead_letter("bind")), 2), timeout_s=60)
+        reasons = sorted(headers(m)["strata.reason"] for m in dead)
+        assert reasons == ["malformed", "malformed"]
+        errors = sorted(headers(m)["strata.error"].split(":")[0] for m in dead)
+        assert errors == ["not-a-command", "not-single-object"], errors
+        assert all(headers(m)["strata.original.topic"] == names.commands("bind") for m in dead)
+
+        def counted() -> str:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            assert f'strata_bad_commands_total{{topic="{names.commands("bind")}"}} 2.0' in text, text
+            assert 'strata_command_outcomes_total{outcome="succeeded",work="bind"} 1.0' in text
+            return text
+
+        eventually(counted)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+
+
+def _exactly(messages: list, n: int) -> list:
+    assert len(messages) == n, messages
+    return messages
