@@ -4,9 +4,11 @@
     .venv/bin/python bench/bind_bench.py [--pods 2000] [--nodes 4] [--workers 1,2,4] [--threads 32]
 
 Per worker count: a fresh topic prefix, P fresh pending pods (created through the API, not timed),
-the real watch adapters publishing them into the cache log, then `strata bind`'s parts in this
-process (dispatcher, source workers, retry tiers). P admitted BINDs are published at once; a
-watch on the pods' namespace notes when each pod's event with spec.nodeName arrives.
+then the processes of a deployment: `strata ingest --kinds Pod,Node` (the watch adapters) and
+`strata bind --workers N` (dispatcher, command workers, retry tiers), each its own process as in
+production (one process for all would share one GIL). One warm-up BIND, timed out of the figures,
+proves the pipeline live; then P admitted BINDs are published at once, and a watch on the pods'
+namespace notes when each pod's event with spec.nodeName arrives.
 
 - binds/s: P / (last pod seen bound - Kafka timestamp of the first BIND)
 - latency: per pod, watch arrival - its BIND's Kafka timestamp (LogAppendTime); p50, p99
@@ -17,20 +19,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from binder.service import Service
-from ingest import watch
 from ingest.kube import KubeApi, Resource
 from schemas import Bind, BindSucceeded
 from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.config import settings_from
-from strata.topics import ensure_topics
+from strata.topics import drop_topics, ensure_topics
+
+STRATA = str(Path(sys.executable).with_name("strata"))
 
 
 def _pod(ns: str, name: str) -> dict[str, Any]:
@@ -50,14 +59,25 @@ def _node(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"allocatable": alloc}}
 
 
-def drop_topics(settings: Any) -> None:
-    from confluent_kafka.admin import AdminClient
+def _strata(settings: Any, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """A `strata` process of this deployment; its stderr goes to ``log`` (a pipe left unread fills)."""
+    env = {
+        **os.environ,
+        "STRATA_KAFKA_BOOTSTRAP": settings.bootstrap,
+        "STRATA_TOPIC_PREFIX": settings.topic_prefix,
+        "KUBECONFIG": settings.kubeconfig,
+    }
+    with log.open("wb") as err:
+        return subprocess.Popen([STRATA, *args], env=env, stderr=err, stdout=subprocess.DEVNULL)
 
-    admin = AdminClient(settings.client_config())
-    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(settings.topic_prefix)]
-    if names:
-        for future in admin.delete_topics(names, operation_timeout=30).values():
-            future.result()
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -68,21 +88,36 @@ def run(api: KubeApi, base: Any, ns: str, nodes: list[str], pods: int, workers: 
     settings = base.with_(topic_prefix=f"bench-bind-{uuid.uuid4().hex[:6]}.")
     ensure_topics(settings)
     names = [f"w{workers}-{i:05d}" for i in range(pods)]
+    warm = f"w{workers}-warm"
     with ThreadPoolExecutor(4) as pool:
-        created = list(pool.map(lambda n: api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, n)), names))
+        created = list(
+            pool.map(lambda n: api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, n)), [*names, warm])
+        )
     uids = {p["metadata"]["uid"]: p["metadata"]["name"] for p in created}
-    ingest = watch.Ingest(settings, kinds=["Pod", "Node"])
-    ingest.start()
-    service = Service(settings, "bind", workers=workers, instance=f"bench-{workers}", threads=threads)
+    warm_uid = next(u for u, n in uids.items() if n == warm)
+    del uids[warm_uid]
+    logs = Path(tempfile.mkdtemp(prefix="bind-bench-"))
+    ingest = _strata(settings, logs / "ingest.log", "ingest", "--kinds", "Pod,Node")
+    binder = _strata(
+        settings, logs / "bind.log", "bind", "--workers", str(workers), "--threads", str(threads), "--instance", "bench"
+    )
     bound_at: dict[str, float] = {}
     stop = threading.Event()
     try:
-        while not ingest.synced():
+        deadline = time.time() + 120
+        while "synced:" not in (logs / "ingest.log").read_text():
+            if time.time() > deadline or ingest.poll() is not None:
+                raise SystemExit(f"strata ingest did not sync: {(logs / 'ingest.log').read_text()[-500:]}")
             time.sleep(0.2)
-        service.start()
-        dispatcher = service.parts[0]
-        while dispatcher.state is None or dispatcher.next_offset < CacheLogReader(settings).end_offset() - 5:
-            time.sleep(0.2)  # the dispatcher has caught up with the log: the clock starts with the BINDs
+        writer = CacheLogWriter(settings)
+        writer.append(Bind(pod=warm_uid, node=nodes[0], replica="bench"))
+        writer.flush()
+        path = f"/api/v1/namespaces/{ns}/pods/{warm}"
+        deadline = time.time() + 120
+        while not api.request("GET", path)["spec"].get("nodeName"):  # dispatcher and workers are live
+            if time.time() > deadline or binder.poll() is not None:
+                raise SystemExit(f"strata bind did not bind the warm-up pod: {(logs / 'bind.log').read_text()[-500:]}")
+            time.sleep(0.2)
 
         def follow() -> None:
             resource = Resource("Pod", "v1", f"/api/v1/namespaces/{ns}/pods")
@@ -99,7 +134,6 @@ def run(api: KubeApi, base: Any, ns: str, nodes: list[str], pods: int, workers: 
         watcher.start()
         time.sleep(0.5)
         start = CacheLogReader(settings).end_offset()
-        writer = CacheLogWriter(settings)
         for i, uid in enumerate(uids):
             writer.append(Bind(pod=uid, node=nodes[i % len(nodes)], replica="bench"))
         writer.flush()
@@ -135,9 +169,34 @@ def run(api: KubeApi, base: Any, ns: str, nodes: list[str], pods: int, workers: 
         }
     finally:
         stop.set()
-        service.close()
-        ingest.close()
+        _stop(binder)
+        _stop(ingest)
         drop_topics(settings)
+        shutil.rmtree(logs, ignore_errors=True)
+
+
+def raw(api: KubeApi, ns: str, nodes: list[str], pods: int, threads: int) -> dict[str, Any]:
+    """The ceiling without Strata: P pending pods bound by POSTing Bindings from ``threads`` threads."""
+    names = [f"raw-{i:05d}" for i in range(pods)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda n: api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, n)), names))
+
+    def bind(i: int) -> None:
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": names[i], "namespace": ns},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": nodes[i % len(nodes)]},
+        }
+        answer = api.call("POST", f"/api/v1/namespaces/{ns}/pods/{names[i]}/binding", binding, timeout=30.0)
+        if answer.status not in (200, 201):
+            raise SystemExit(f"binding refused: {answer.status} {answer.message}")
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(bind, range(pods)))
+    seconds = time.perf_counter() - started
+    return {"raw": True, "threads": threads, "pods": pods, "binds_per_s": round(pods / seconds, 1)}
 
 
 def main() -> None:
@@ -146,6 +205,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--threads", type=int, default=32)
+    parser.add_argument("--raw", action="store_true", help="also the API server's ceiling: Bindings POSTed directly")
     args = parser.parse_args()
     base = settings_from()
     api = KubeApi(base.kubeconfig, pool_size=8)
@@ -155,6 +215,9 @@ def main() -> None:
     for name in nodes:
         api.request("POST", "/api/v1/nodes", _node(name))
     try:
+        if args.raw:
+            direct = KubeApi(base.kubeconfig, pool_size=args.threads)
+            print(json.dumps(raw(direct, ns, nodes, args.pods, args.threads)), flush=True)
         for workers in (int(w) for w in args.workers.split(",")):
             print(json.dumps(run(api, base, ns, nodes, args.pods, workers, args.threads)), flush=True)
     finally:
