@@ -119,9 +119,10 @@ def run(api: KubeApi, base: Any, ns: str, nodes: list[str], pods: int, workers: 
                 raise SystemExit(f"strata bind did not bind the warm-up pod: {(logs / 'bind.log').read_text()[-500:]}")
             time.sleep(0.2)
 
+        resource = Resource("Pod", "v1", f"/api/v1/namespaces/{ns}/pods")
+        rv = api.request("GET", resource.path, limit=1)["metadata"]["resourceVersion"]  # before any BIND
+
         def follow() -> None:
-            resource = Resource("Pod", "v1", f"/api/v1/namespaces/{ns}/pods")
-            rv = api.request("GET", resource.path, limit=1)["metadata"]["resourceVersion"]
             for event in api.watch(resource, rv, 300, 60.0):
                 obj = event.get("object") or {}
                 name = (obj.get("metadata") or {}).get("name")
@@ -153,6 +154,8 @@ def run(api: KubeApi, base: Any, ns: str, nodes: list[str], pods: int, workers: 
                 bind_ts[uids[entry.record.pod]] = entry.timestamp_ms / 1000
             elif isinstance(entry.record, BindSucceeded) and entry.record.pod in uids:
                 succeeded += 1
+        if not bind_ts or not bound_at:
+            raise SystemExit(f"nothing bound in 600 s: {(logs / 'bind.log').read_text()[-500:]}")
         first = min(bind_ts.values())
         last = max(bound_at[n] for n in names if n in bound_at)
         latencies = [(bound_at[n] - bind_ts[n]) * 1000 for n in names if n in bound_at and n in bind_ts]

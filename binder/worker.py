@@ -197,6 +197,7 @@ class CommandWorker:
             self._rewind(consumer)
         except txn.Fatal as exc:
             log.warning("%s: producer unusable (%s); making a new one", self.transactional_id, exc)
+            self._redo = False  # fenced, most likely: the instance that fenced us redoes the batch
             metrics.ABORTS.labels(self.transactional_id).inc()
             self._producer = txn.transactional_producer(self.settings, self.transactional_id)
             self._rewind(consumer)

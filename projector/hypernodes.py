@@ -29,13 +29,27 @@ class HyperNodeEntry(NamedTuple):
 # A pattern comes from a HyperNode, which anyone allowed to write HyperNodes can create, and a
 # backtracking engine lets one like (a+)+$ stall every replica's fold. The constructs the spec
 # names mean the same in RE2 (Go's engine) and Python's re, so those patterns run on RE2, in linear
-# time. Anything else keeps Python's meaning, which the conformance traces pin down (edge-12:
-# a lookahead selects nodes, though Go would refuse it); only such patterns can still backtrack.
+# time; one of them that RE2 refuses (a repeat count over 1000, a program too large) does not
+# compile, as in Go. Anything else keeps Python's meaning, which the conformance traces pin down
+# (edge-12: a lookahead selects nodes, though Go would refuse it); only such patterns backtrack.
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
-_PLAIN = {_c.LITERAL, _c.ANY, _c.IN, _c.AT, _c.BRANCH, _c.SUBPATTERN, _c.MAX_REPEAT, _c.MIN_REPEAT}
+_PLAIN = {
+    _c.LITERAL,
+    _c.NOT_LITERAL,
+    _c.ANY,
+    _c.IN,
+    _c.AT,
+    _c.BRANCH,
+    _c.SUBPATTERN,
+    _c.MAX_REPEAT,
+    _c.MIN_REPEAT,
+}
 _PLAIN_AT = {_c.AT_BEGINNING, _c.AT_END}
 _PLAIN_IN = {_c.LITERAL, _c.RANGE, _c.NEGATE}
+# Text that parses alike but means different things: "{,n}" and "{01}" are repeats to Python and
+# literal text to RE2; "[:" opens a POSIX class in RE2 only.
+_DIFFERENT_TEXT = re.compile(r"\{,|[{,]0[0-9]|\[:")
 
 
 def _plain(items: Iterable[tuple[Any, Any]]) -> bool:
@@ -44,6 +58,8 @@ def _plain(items: Iterable[tuple[Any, Any]]) -> bool:
         if op not in _PLAIN:
             return False
         if op is _c.AT and arg not in _PLAIN_AT:
+            return False
+        if op is _c.NOT_LITERAL and not _ascii(arg):
             return False
         if op is _c.IN and not all(o in _PLAIN_IN and (o is _c.NEGATE or _ascii(a)) for o, a in arg):
             return False
@@ -65,16 +81,23 @@ def _compiled(pattern: str) -> Callable[[str], object] | None:
     """The search function of a pattern; None when it does not compile (it contributes nothing)."""
     try:
         parsed = _parser.parse(pattern)
-        compiled = re.compile(pattern)
+        python = re.compile(pattern).search
     except (re.error, RecursionError, OverflowError):
         return None
-    # "{,n}" is a repeat to Python and literal text to RE2; "[:" opens a POSIX class in RE2 only
-    if not parsed.state.flags & ~re.UNICODE and _plain(parsed) and "{," not in pattern and "[:" not in pattern:
-        try:
-            return re2.compile(pattern, _RE2_OPTIONS).search
-        except re2.error:
-            pass
-    return compiled.search
+    if parsed.state.flags & ~re.UNICODE or not _plain(parsed) or _DIFFERENT_TEXT.search(pattern):
+        return python
+    try:
+        linear = re2.compile(pattern, _RE2_OPTIONS).search
+    except re2.error:
+        return None
+
+    def search(name: str) -> object:
+        # Python's $ also matches before a final newline, RE2's does not. No node name the API
+        # server accepts holds a newline (names are DNS subdomains); one from a hand-made record
+        # keeps Python's meaning.
+        return python(name) if "\n" in name else linear(name)
+
+    return search
 
 
 def _selects(requirements: Requirements, labels: Mapping[str, str]) -> bool:

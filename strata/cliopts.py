@@ -32,9 +32,9 @@ class StrataGroup(click.Group):
             if os.environ.get("STRATA_DEBUG"):
                 raise
             line = one_line(exc)
-            refusal = BROKER_REFUSALS.last
+            refusal = BROKER_REFUSALS.recent() if isinstance(exc, KafkaException) else None
             if refusal and refusal not in line:
-                line = f"{line} (the broker refused us: {refusal})"
+                line = f"{line} (last connection failure: {refusal})"
             click.echo(f"strata: error: {line}", err=True)
             ctx.exit(EXIT_ERROR)
 

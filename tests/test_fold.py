@@ -322,3 +322,14 @@ def test_hypernode_regex_of_the_common_subset_runs_in_linear_time():
     assert selected("(a)\\1") == ["aaa", long]
     assert selected("^n{,1}$") == []  # to Python, "n" 0 or 1 times; to RE2 the literal "n{,1}"
     assert selected("a[") == []  # does not compile: contributes nothing
+    assert selected("([^b]+)+$") == ["aaa", long, "n1", "n{,1}"]  # a negated character: RE2 too
+    assert selected("x{1001}|(a+)+$") == []  # refused by RE2, as by Go: contributes nothing
+    assert selected("^n{01}1$") == ["n1"]  # to Python "n" once, to RE2 the literal "n{01}"
+
+
+def test_hypernode_regex_keeps_pythons_dollar_before_a_final_newline():
+    from projector.hypernodes import hypernode_entries
+    from projector.kinds import HyperNodeView, Member
+
+    hypernodes = {"h": HyperNodeView("h", 1, "", (Member("Node", None, "^n1$", None),))}
+    assert hypernode_entries(hypernodes, {"n1\n": {}, "n1": {}, "n12": {}})["h"].nodes == ["n1", "n1\n"]
