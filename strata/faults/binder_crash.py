@@ -25,7 +25,7 @@ from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.config import Settings
 from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult
-from strata.faults.common import STRATA, env_for, fresh_log
+from strata.faults.common import STRATA, env_for, fresh_log, until
 
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
 GROUP = "scheduling.k8s.io/group-name"
@@ -158,11 +158,8 @@ def _fold(settings: Settings, config: FoldConfig) -> CacheState:
 
 
 def _wait(done: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        if time.monotonic() > deadline:
-            raise StrataError(f"timed out waiting for {what}")
-        time.sleep(0.5)
+    if not until(done, timeout_s, every_s=0.5):
+        raise StrataError(f"timed out waiting for {what}")
 
 
 def _list(api: KubeApi, ns: str) -> list[dict[str, Any]]:

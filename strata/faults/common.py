@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from strata.config import Settings
 from strata.topics import drop_topics, ensure_topics
@@ -28,17 +30,35 @@ def fresh_log(settings: Settings, name: str) -> Iterator[Settings]:
 
 
 def env_for(settings: Settings, **more: str) -> dict[str, str]:
-    """The environment of a `strata` subprocess that talks to this deployment."""
+    """The environment of a `strata` subprocess that talks to this deployment; ``more`` wins."""
     env = {
         **os.environ,
         "STRATA_KAFKA_BOOTSTRAP": settings.bootstrap,
         "STRATA_TOPIC_PREFIX": settings.topic_prefix,
         "STRATA_DATA_DIR": str(settings.data_dir),
-        **more,
+        "STRATA_COMMAND_PARTITIONS": str(settings.command_partitions),
+        "STRATA_RETRY_DELAYS": ",".join(map(str, settings.retry_delays_s)),
     }
     if settings.kubeconfig:
         env["KUBECONFIG"] = settings.kubeconfig
-    return env
+    return {**env, **more}
+
+
+def until(
+    probe: Callable[[], Any], timeout_s: float, every_s: float = 0.2, tolerate: tuple[type[Exception], ...] = ()
+) -> bool:
+    """Ask ``probe`` until it is true (True) or ``timeout_s`` has passed (False); an exception of
+    ``tolerate`` counts as not yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if probe():
+                return True
+        except tolerate:
+            pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every_s)
 
 
 def strata(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:

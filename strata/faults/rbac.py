@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,10 +34,10 @@ from schemas import Bind, BindSucceeded, Evict, EvictSucceeded, Synced
 from strata.cachelog import CacheLogReader, CacheLogWriter, LogEntry
 from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult
+from strata.faults.common import STRATA, env_for, until
 from strata.topics import drop_topics, ensure_topics
 
 REPO = Path(__file__).resolve().parents[2]
-STRATA = str(Path(sys.executable).with_name("strata"))
 KINDS = {"Pod", "Node", "PodGroup", "Queue", "PriorityClass", "CSINode", "HyperNode"}
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
 WAIT_S = 60.0
@@ -89,14 +88,7 @@ class _LogView:
 
 
 def _until(probe: Callable[[], Any], timeout_s: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with contextlib.suppress(ApiError):
-            if probe():
-                return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
+    return until(probe, timeout_s, tolerate=(ApiError,))
 
 
 class _Scenario:
@@ -238,15 +230,7 @@ class _Scenario:
 
     # ------------------------------------------------------------------------------ processes
     def _start(self, name: str, kubeconfig: str, *args: str) -> None:
-        env = {
-            **os.environ,
-            "STRATA_KAFKA_BOOTSTRAP": self.settings.bootstrap,
-            "STRATA_TOPIC_PREFIX": self.settings.topic_prefix,
-            "STRATA_DATA_DIR": str(self.settings.data_dir),
-            "STRATA_COMMAND_PARTITIONS": str(self.settings.command_partitions),
-            "STRATA_RETRY_DELAYS": ",".join(map(str, self.settings.retry_delays_s)),
-            "KUBECONFIG": str(self.kubeconfigs[kubeconfig]),
-        }
+        env = env_for(self.settings, KUBECONFIG=str(self.kubeconfigs[kubeconfig]))
         env.pop("STRATA_DB_URL", None)  # checkpoints in SQLite under the work directory
         out = self.ctx.workdir / f"{name}.out"
         self.outputs[name] = out
