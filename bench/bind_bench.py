@@ -19,12 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -37,9 +34,8 @@ from ingest.kube import KubeApi, Resource
 from schemas import Bind, BindSucceeded
 from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.config import settings_from
+from strata.faults.common import STRATA, env_for, terminate
 from strata.topics import drop_topics, ensure_topics
-
-STRATA = str(Path(sys.executable).with_name("strata"))
 
 
 def _pod(ns: str, name: str) -> dict[str, Any]:
@@ -61,23 +57,8 @@ def _node(name: str) -> dict[str, Any]:
 
 def _strata(settings: Any, log: Path, *args: str) -> subprocess.Popen[bytes]:
     """A `strata` process of this deployment; its stderr goes to ``log`` (a pipe left unread fills)."""
-    env = {
-        **os.environ,
-        "STRATA_KAFKA_BOOTSTRAP": settings.bootstrap,
-        "STRATA_TOPIC_PREFIX": settings.topic_prefix,
-        "KUBECONFIG": settings.kubeconfig,
-    }
     with log.open("wb") as err:
-        return subprocess.Popen([STRATA, *args], env=env, stderr=err, stdout=subprocess.DEVNULL)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+        return subprocess.Popen([STRATA, *args], env=env_for(settings), stderr=err, stdout=subprocess.DEVNULL)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -172,8 +153,8 @@ def run(api: KubeApi, base: Any, ns: str, nodes: list[str], pods: int, workers: 
         }
     finally:
         stop.set()
-        _stop(binder)
-        _stop(ingest)
+        terminate(binder, 60)
+        terminate(ingest, 60)
         drop_topics(settings)
         shutil.rmtree(logs, ignore_errors=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -42,6 +43,18 @@ def env_for(settings: Settings, **more: str) -> dict[str, str]:
     if settings.kubeconfig:
         env["KUBECONFIG"] = settings.kubeconfig
     return {**env, **more}
+
+
+def terminate(proc: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if it is still there after ``timeout_s``; waits for the end."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
 
 
 def until(

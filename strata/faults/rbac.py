@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -34,7 +33,7 @@ from schemas import Bind, BindSucceeded, Evict, EvictSucceeded, Synced
 from strata.cachelog import CacheLogReader, CacheLogWriter, LogEntry
 from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult
-from strata.faults.common import STRATA, env_for, until
+from strata.faults.common import STRATA, env_for, terminate, until
 from strata.topics import drop_topics, ensure_topics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -241,13 +240,7 @@ class _Scenario:
         proc = self.procs.pop(name, None)
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc)
         tail = self.outputs[name].read_text(errors="replace").strip().splitlines()[-1:] or [""]
         self.expect(proc.returncode == 0, f"{name}: exited {proc.returncode}: {tail[0][:200]}")
 
