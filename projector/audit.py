@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from projector.kinds import GROUP_NAME
 from projector.state import CacheState, Outcome
 from schemas import BadRecord, Bind, BindFailed, BindSucceeded, Evict, EvictFailed, EvictSucceeded, Synced, WatchEvent
+from schemas.objectjson import NumberLiteral
 from schemas.records import LogRecord
 
 # fields of a pod that a history shows as they change
@@ -110,7 +111,8 @@ def _watch(offset: int, time_ms: int, record: WatchEvent, outcome: Outcome, obj:
             subjects.append(f"uid:{record.uid}")
         fields = pod_fields(obj)
         summary["fields"] = fields
-        group = (fields.get("annotations") or {}).get(GROUP_NAME)
+        annotations = fields.get("annotations")  # any JSON type in a bad record
+        group = annotations.get(GROUP_NAME) if isinstance(annotations, dict) else None
         if isinstance(group, str) and group:
             subjects.append(f"job:{record.namespace}/{group}")
         if isinstance(fields.get("nodeName"), str) and fields["nodeName"]:
@@ -130,18 +132,34 @@ def pod_fields(obj: Any) -> dict[str, Any]:
     status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
     requests = {}
     for group in ("initContainers", "containers"):
-        for c in spec.get(group) or []:
+        containers = spec.get(group)
+        for c in containers if isinstance(containers, list) else ():
             if isinstance(c, dict) and isinstance(c.get("resources"), dict):
                 req = c["resources"].get("requests")
                 if req:
                     requests[str(c.get("name"))] = req
-    return {
-        "phase": status.get("phase"),
-        "nodeName": spec.get("nodeName"),
-        "deletionTimestamp": meta.get("deletionTimestamp"),
-        "annotations": meta.get("annotations") or {},
-        "requests": requests,
-    }
+    # a bad record's fields are shown too, of whatever JSON type they came
+    return _shown(
+        {
+            "phase": status.get("phase"),
+            "nodeName": spec.get("nodeName"),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+            "annotations": meta.get("annotations") or {},
+            "requests": requests,
+        }
+    )
+
+
+def _shown(value: Any) -> Any:
+    """A JSON number with a fraction or exponent ("cpu": 0.5) is a NumberLiteral, which the index's
+    JSON cannot hold: show it as its text, as written."""
+    if isinstance(value, NumberLiteral):
+        return value.text
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
 
 
 def _scheduler(offset: int, time_ms: int, record: LogRecord, outcome: Outcome, ctx: PodContext | None) -> AuditEntry:

@@ -62,6 +62,16 @@ class AuditRow:
     summary: dict[str, Any]
 
 
+_SUMMARY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _insert_sql(engine: Engine, table: type[Base], columns: tuple[str, ...], mark: str) -> str:
+    quote = engine.dialect.identifier_preparer.quote  # "offset" is a reserved word in PostgreSQL
+    names = ", ".join(quote(c) for c in columns)
+    marks = ", ".join(mark for _ in columns)
+    return f"INSERT INTO {quote(table.__tablename__)} ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING"
+
+
 class AuditIndex:
     """Writes and reads the audit of one database (the checkpoint store's engine)."""
 
@@ -69,6 +79,10 @@ class AuditIndex:
         self.engine = engine
         self._insert = _INSERTS[engine.dialect.name]
         self._ids: dict[LogIdentity, int] = {}
+        mark = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        record_columns = ("log_id", "offset", "time_ms", "type", "summary")
+        self._records_sql = _insert_sql(engine, AuditRecordRow, record_columns, mark)
+        self._subjects_sql = _insert_sql(engine, AuditSubjectRow, ("log_id", "subject", "offset"), mark)
 
     def log_id(self, log: LogIdentity) -> int:
         if log not in self._ids:
@@ -95,21 +109,14 @@ class AuditIndex:
     def write(self, log: LogIdentity, entries: Sequence[AuditEntry], upto: int) -> None:
         """Store entries and mark the log indexed up to ``upto`` (records applied), in one transaction."""
         log_id = self.log_id(log)
-        records = [
-            {
-                "log_id": log_id,
-                "offset": e.offset,
-                "time_ms": e.time_ms,
-                "type": e.type,
-                "summary": json.dumps(e.summary, sort_keys=True, separators=(",", ":"), ensure_ascii=False),
-            }
-            for e in entries
-        ]
-        subjects = [{"log_id": log_id, "subject": s[:600], "offset": e.offset} for e in entries for s in e.subjects]
+        # Plain tuples through the driver's executemany: SQLAlchemy's per-row bound parameters were
+        # a fifth of the audit's cost.
+        records = [(log_id, e.offset, e.time_ms, e.type, _SUMMARY(e.summary)) for e in entries]
+        subjects = [(log_id, s[:600], e.offset) for e in entries for s in e.subjects]
         with self.engine.begin() as conn:
-            for table, rows in ((AuditRecordRow, records), (AuditSubjectRow, subjects)):
+            for statement, rows in ((self._records_sql, records), (self._subjects_sql, subjects)):
                 for i in range(0, len(rows), BATCH_ROWS):
-                    conn.execute(self._insert(table).on_conflict_do_nothing(), rows[i : i + BATCH_ROWS])
+                    conn.exec_driver_sql(statement, rows[i : i + BATCH_ROWS])
             conn.execute(
                 update(AuditLogRow)
                 .where(AuditLogRow.id == log_id, AuditLogRow.indexed_to < upto)

@@ -26,7 +26,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.trace import parse_line, split_lines
+from ingest.trace import BadLine, parse_line, split_lines
+from projector import audit
+from projector.auditstore import _SUMMARY
 from projector.replay import fold_line
 from projector.state import CacheState, Outcome
 from schemas import (
@@ -81,18 +83,33 @@ def primed() -> CacheState:
 
 def fold_one(state: CacheState, line: bytes) -> Outcome:
     before = state.version
+    try:
+        record = parse_line(line, "fuzz")
+    except BadLine:
+        record = None
+    ctx = audit.context(state, record) if record is not None else None
     outcome = fold_line(state, line)
     assert isinstance(outcome, Outcome) and outcome.result in RESULTS, outcome
     assert state.version == before + 1
+    if record is not None:
+        _audited(state, record, outcome, ctx)
     return outcome
 
 
 def apply_one(state: CacheState, record: Any) -> Outcome:
     before = state.version
+    ctx = audit.context(state, record)
     outcome = state.apply(record)
     assert isinstance(outcome, Outcome) and outcome.result in RESULTS, outcome
     assert state.version == before + 1
+    _audited(state, record, outcome, ctx)
     return outcome
+
+
+def _audited(state: CacheState, record: Any, outcome: Outcome, ctx: Any) -> None:
+    """The record's audit entry can be stored (``strata project`` writes one for every record)."""
+    entry = audit.entry(state.version - 1, 0, record, outcome, ctx, state.last_object)
+    assert isinstance(_SUMMARY(entry.summary), str)
 
 
 def watch(obj: Any, op: str = "ADDED") -> bytes:
