@@ -25,7 +25,7 @@ from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.config import Settings
 from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult
-from strata.faults.common import STRATA, env_for, fresh_log, until
+from strata.faults.common import STRATA, env_for, fresh_log, terminate, until
 
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
 GROUP = "scheduling.k8s.io/group-name"
@@ -86,8 +86,7 @@ def run(ctx: FaultContext) -> FaultResult:
                 # the binds' watch events reach the log after the API has them: wait for them
                 _wait(lambda: not _binding(_fold(settings, config)), 60, "the binds' watch events in the log")
             finally:
-                ingest.send_signal(signal.SIGTERM)
-                ingest.communicate(timeout=60)
+                terminate(ingest, 60)
             _check(result, settings, config, placement, set(evicted))
         finally:
             _cleanup(api, ns)
@@ -113,8 +112,7 @@ def _finish(argv: list[str], env: dict[str, str], done: Any) -> None:
     try:
         _wait(done, 120, f"{argv[1]} to finish")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        terminate(proc, 60)
 
 
 def _check(

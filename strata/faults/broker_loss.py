@@ -8,7 +8,6 @@ holds exactly the records it was given, in order: counted and compared one by on
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import threading
 import time
@@ -22,7 +21,7 @@ from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.config import Settings
 from strata.faults import FaultContext, FaultResult
 from strata.faults.cluster import ThreeBrokers
-from strata.faults.common import STRATA, env_for, fresh_log
+from strata.faults.common import STRATA, env_for, fresh_log, terminate, until
 from strata.gen import generate
 
 
@@ -96,16 +95,15 @@ def _run(ctx: FaultContext, result: FaultResult, cluster: ThreeBrokers, settings
     result.records_lost = max(0, len(expected) - len(got)) + (min(len(got), len(expected)) - same)
     result.duplicates = max(0, len(got) - len(expected))
     # the follower reconnects by itself; once at the end, its final checkpoint is the reference's
-    deadline = time.monotonic() + 180
     store = SqlCheckpointStore(f"sqlite:///{db}")
     runner = LogRunner(settings, store, FoldConfig())
-    while time.monotonic() < deadline:
+
+    def caught_up() -> bool:
         newest = store.latest(runner.identity)
-        if newest is not None and newest.info.version >= len(got):
-            break
-        time.sleep(1)
-    follower.send_signal(signal.SIGTERM)
-    follower.wait(120)
+        return newest is not None and newest.info.version >= len(got)
+
+    until(caught_up, 180, every_s=1)
+    terminate(follower, 120)
     reference = CacheState()
     for record in expected:
         reference.apply(record)

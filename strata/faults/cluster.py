@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from strata.devstack import process
 from strata.devstack.kafka import JVM_OPTS, RESOURCES, ensure_jars, java
 from strata.errors import StrataError
+from strata.faults.common import until
 
 BASE_PORT = 29192  # brokers 29192..29194, controllers 29292..29294
 
@@ -120,20 +121,13 @@ class ThreeBrokers:
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Every broker answers and sees the other two."""
-        import time
 
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                brokers = (
-                    AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(timeout=3).brokers
-                )
-                if len(brokers) == 3 and all(process.port_open(BASE_PORT + i) for i in range(3)):
-                    return
-            except Exception:  # not up yet
-                pass
-            time.sleep(0.5)
-        raise StrataError(f"the three-broker cluster is not ready after {timeout_s:g} s")
+        def ready() -> bool:
+            brokers = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(timeout=3).brokers
+            return len(brokers) == 3 and all(process.port_open(BASE_PORT + i) for i in range(3))
+
+        if not until(ready, timeout_s, every_s=0.5, tolerate=(Exception,)):  # an exception: not up yet
+            raise StrataError(f"the three-broker cluster is not ready after {timeout_s:g} s")
 
     def down(self) -> None:
         for i in range(3):

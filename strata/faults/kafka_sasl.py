@@ -12,15 +12,13 @@ broker's log, may hold the password.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from strata.faults import FaultContext, FaultResult
+from strata.faults.common import STRATA
 from strata.topics import drop_topics
 
 NAME = "kafka-sasl"
@@ -28,11 +26,6 @@ REPO = Path(__file__).resolve().parents[2]
 TRACE = REPO / "tests" / "conformance" / "c03.jsonl"
 # a failing client gives up after this long (librdkafka retries a refused login until its timeout)
 FAIL_TIMEOUT_S = 60.0
-
-
-def _strata() -> str:
-    beside = Path(sys.executable).with_name("strata")
-    return str(beside) if beside.exists() else (shutil.which("strata") or "strata")
 
 
 class _Runner:
@@ -45,7 +38,7 @@ class _Runner:
     def __call__(self, *args: str, env: dict[str, str], timeout: float = 120.0) -> subprocess.CompletedProcess:
         try:
             out = subprocess.run(
-                [_strata(), *args],
+                [STRATA, *args],
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -70,7 +63,6 @@ def run(ctx: FaultContext) -> FaultResult:
     from strata.devstack.kafka import KafkaBroker
 
     result = FaultResult(NAME)
-    started = time.monotonic()
     port = int(ctx.settings.bootstrap.rsplit(":", 1)[-1])
     broker = KafkaBroker(ctx.settings.data_dir, port)
     ctx.log(broker.up(log=ctx.log))  # reuses the running broker; makes the PKI and credential when missing
@@ -139,7 +131,6 @@ def run(ctx: FaultContext) -> FaultResult:
     broker_log = broker.log_path.read_bytes() if broker.log_path.exists() else b""
     secrets_ = (password, broker.keystore_password_path.read_text().strip())
     check("the broker's log holds no password", not any(s.encode() in broker_log for s in secrets_))
-    result.seconds = time.monotonic() - started
     return result
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from ingest.kube import KubeApi
 from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult
-from strata.faults.common import STRATA, env_for, fresh_log
+from strata.faults.common import STRATA, env_for, fresh_log, terminate
 
 
 def run(ctx: FaultContext) -> FaultResult:
@@ -71,8 +71,7 @@ def run(ctx: FaultContext) -> FaultResult:
             _verified(result, env, "pause past the watch history + compaction")
         finally:
             ingest.send_signal(signal.SIGCONT)
-            ingest.send_signal(signal.SIGTERM)
-            ingest.communicate(timeout=120)
+            terminate(ingest, 120)
             api.request("DELETE", f"/api/v1/namespaces/{ns}/pods", gracePeriodSeconds=0)
             api.request("DELETE", f"/api/v1/namespaces/{ns}")
     return result
