@@ -114,14 +114,20 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # WAL: readers never block the writer, and another process's writes wait instead of failing.
     # The switch itself needs the file to itself and SQLite answers "locked" at once, without its
     # busy handler, when another process opens the new database at the same moment: ask again.
+    # The answer is the mode in force; an in-memory database answers "memory" and stays so.
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-    while cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+    while True:
         try:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            mode = cursor.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower()
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
-            time.sleep(0.02)
+            mode = "locked"
+        if mode in ("wal", "memory"):
+            break
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError(f"cannot switch the database to WAL: its journal mode stays {mode}")
+        time.sleep(0.02)
     cursor.close()
 
 

@@ -226,6 +226,12 @@ def test_concurrent_first_opens_and_writers(url: str, open_store: Callable[[], S
     assert versions(open_store()) == [*range(WRITERS * PER_WRITER), 1000]
 
 
+def test_an_in_memory_sqlite_database_opens(tmp_path: Path) -> None:
+    """It has no WAL ("memory" is its only journal mode): opening it must not wait for one."""
+    with open_engine("sqlite://").connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "memory"
+
+
 def test_the_sqlite_file_is_in_wal_mode(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "strata.db"  # parent directories are created
     with SqlCheckpointStore(f"sqlite:///{path}") as store:
