@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 from projector.kinds import GROUP_NAME
 from projector.state import CacheState, Outcome
 from schemas import BadRecord, Bind, BindFailed, BindSucceeded, Evict, EvictFailed, EvictSucceeded, Synced, WatchEvent
-from schemas.objectjson import NumberLiteral
 from schemas.records import LogRecord
 
 # fields of a pod that a history shows as they change
@@ -138,28 +137,13 @@ def pod_fields(obj: Any) -> dict[str, Any]:
                 req = c["resources"].get("requests")
                 if req:
                     requests[str(c.get("name"))] = req
-    # a bad record's fields are shown too, of whatever JSON type they came
-    return _shown(
-        {
-            "phase": status.get("phase"),
-            "nodeName": spec.get("nodeName"),
-            "deletionTimestamp": meta.get("deletionTimestamp"),
-            "annotations": meta.get("annotations") or {},
-            "requests": requests,
-        }
-    )
-
-
-def _shown(value: Any) -> Any:
-    """A JSON number with a fraction or exponent ("cpu": 0.5) is a NumberLiteral, which the index's
-    JSON cannot hold: show it as its text, as written."""
-    if isinstance(value, NumberLiteral):
-        return value.text
-    if isinstance(value, dict):
-        return {k: _shown(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shown(v) for v in value]
-    return value
+    return {
+        "phase": status.get("phase"),
+        "nodeName": spec.get("nodeName"),
+        "deletionTimestamp": meta.get("deletionTimestamp"),
+        "annotations": meta.get("annotations") or {},
+        "requests": requests,
+    }
 
 
 def _scheduler(offset: int, time_ms: int, record: LogRecord, outcome: Outcome, ctx: PodContext | None) -> AuditEntry:

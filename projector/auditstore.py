@@ -20,6 +20,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from projector.audit import AuditEntry
 from projector.checkpoint import LogIdentity
 from projector.sqlstore import _INSERTS, Base
+from schemas.objectjson import NumberLiteral
 
 BATCH_ROWS = 5000  # rows per INSERT statement: SQLite limits the bound parameters of one statement
 
@@ -62,7 +63,15 @@ class AuditRow:
     summary: dict[str, Any]
 
 
-_SUMMARY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+def _number_text(value: object) -> str:
+    # A JSON number with a fraction or exponent ("cpu": 0.5, or any field of a bad record) loads
+    # as a NumberLiteral: the index shows it as its text, as written.
+    if isinstance(value, NumberLiteral):
+        return value.text
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+_SUMMARY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_number_text).encode
 
 
 def _insert_sql(engine: Engine, table: type[Base], columns: tuple[str, ...], mark: str) -> str:
