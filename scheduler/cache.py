@@ -62,7 +62,7 @@ class LogCache:
         self._snapshot: Snapshot | None = None
         self._outcomes: dict[int, Outcome] = {}  # outcomes of this replica's own records, by offset
         # divergence detection: this replica's digest at agreed versions, compared with the others'
-        self.digests = DigestReporter(settings, replica, self.runner.fold.identity, settings.digest_every)
+        self.digests = DigestReporter(settings, replica, self.runner.fold.identity)
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._session_started: float | None = None

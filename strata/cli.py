@@ -468,9 +468,7 @@ def project(
         report=report,
         report_seconds=1.0 if target is not None else 5.0,
         audit_index=AuditIndex(runner.store.engine) if audit else None,
-        digests=DigestReporter(
-            settings, replica or f"projector-{socket.gethostname()}", fold.identity, settings.digest_every
-        ),
+        digests=DigestReporter(settings, replica or f"projector-{socket.gethostname()}", fold.identity),
     )
     click.echo(f"stopped at version {state.version}", err=True)
 

@@ -28,7 +28,6 @@ from strata.topics import TopicNames
 LOG = logging.getLogger("strata.digests")
 DIVERGENT = Gauge("strata_divergent", "1 when this reader's digest was outvoted at some version", ["replica"])
 REPORTED = MetricCounter("strata_digests_published", "digests this reader published", ["replica"])
-DEFAULT_EVERY = 50_000
 
 
 @dataclass(frozen=True)
@@ -83,11 +82,11 @@ def read_digests(settings: Settings, timeout_s: float = 10.0) -> list[Digest]:
 class DigestReporter:
     """Publishes one reader's digests in the background (rendering a large snapshot takes seconds)."""
 
-    def __init__(self, settings: Settings, replica: str, fold: str, every: int = DEFAULT_EVERY) -> None:
+    def __init__(self, settings: Settings, replica: str, fold: str) -> None:
         self.settings = settings
         self.replica = replica
         self.fold = fold
-        self.every = every
+        self.every = settings.digest_every
         self.topic = TopicNames(settings.topic_prefix).digests
         self._publisher = Publisher(settings)
         self._queue: list[tuple[Snapshot | None, int, str | None]] = []
@@ -95,15 +94,14 @@ class DigestReporter:
         self._outstanding = 0  # offered, not yet published and checked
         self._thread = threading.Thread(target=self._run, name=f"digests-{replica}", daemon=True)
         self._thread.start()
-        self.published: dict[int, str] = {}
 
     def due(self, version: int) -> bool:
         return self.every > 0 and version > 0 and version % self.every == 0
 
     def offer(self, snapshot: Snapshot) -> None:
-        """Report this snapshot's digest if its version is an agreed one (O(1) here)."""
-        if self.due(snapshot.version):
-            self._enqueue(snapshot, snapshot.version, None)
+        """Report this snapshot's digest (O(1) here); for versions that are ``due``, which the
+        caller asks first so as not to build a snapshot for every record."""
+        self._enqueue(snapshot, snapshot.version, None)
 
     def report(self, version: int, digest: str) -> None:
         """Report a digest already computed (a checkpoint's)."""
@@ -127,7 +125,6 @@ class DigestReporter:
             record = Digest(version=version, digest=digest, replica=self.replica, fold=self.fold)
             self._publisher.publish(self.topic, encode(record), key=f"{version:020d}/{self.replica}".encode())
             self._publisher.flush()
-            self.published[version] = digest
             REPORTED.labels(self.replica).inc()
             try:
                 self.check()
