@@ -179,12 +179,9 @@ def go_int32(text: str) -> int | None:
     """strconv.ParseInt(text, 10, 32), or None where it fails."""
     if not _GO_INT.fullmatch(text):
         return None
-    # int() refuses more than 4300 digits with a ValueError that crashed the fold; leading zeros
-    # are fine in Go ("0000...05" is 5), and more than 10 significant digits never fit an int32.
-    digits = text.lstrip("+-").lstrip("0")
-    if len(digits) > 10:
-        return None
-    value = -int(digits or "0") if text[:1] == "-" else int(digits or "0")
+    # Leading zeros are fine in Go ("0000...05" is 5); exponent_of caps a value of more than 18
+    # digits instead of converting it (int() refuses 4300), and a capped one is no int32 either.
+    value = exponent_of(text)
     return value if INT32[0] <= value <= INT32[1] else None
 
 

@@ -208,8 +208,7 @@ class CacheLogReader:
         """Entries with offsets in [start, end); ``end`` defaults to the log's end now."""
         try:
             for msg in self.messages(start, end, timeout_s):
-                offset = msg.offset()
-                yield LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
+                yield self.entry(msg)
         finally:
             if self._quarantine is not None:
                 self._quarantine.flush()
@@ -261,8 +260,11 @@ class CacheLogReader:
 
     def _entries(self, batch: list[Message]) -> Iterator[LogEntry]:
         for msg in self._valid(batch):
-            offset = msg.offset()
-            yield LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
+            yield self.entry(msg)
+
+    def entry(self, msg: Message) -> LogEntry:
+        """A message of the cache log as an entry (a bad one counted and quarantined)."""
+        return LogEntry(msg.offset(), msg.timestamp()[1], self._decode(msg.value() or b"", msg.offset()))
 
     def _valid(self, batch: list[Message]) -> Iterator[Message]:
         for msg in batch:

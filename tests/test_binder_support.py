@@ -193,7 +193,7 @@ class LogView:
                 if err is not None:
                     at_end = at_end or err.code() == KafkaError._PARTITION_EOF
                     continue
-                entry = LogEntry(msg.offset(), msg.timestamp()[1], self.reader._decode(msg.value(), msg.offset()))
+                entry = self.reader.entry(msg)
                 self.entries.append(entry)
                 if self.state.apply(entry.record).result == "applied" and isinstance(entry.record, (Bind, Evict)):
                     self.admitted.append(entry)

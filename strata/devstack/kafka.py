@@ -40,6 +40,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from strata.config import kafka_properties_from_env
 from strata.devstack import process
 from strata.errors import StrataError
 
@@ -197,14 +198,8 @@ class KafkaBroker:
 
     def secure_client_config(self) -> dict[str, str]:
         """librdkafka properties for the SASL_SSL listener (secret: the password is in it)."""
-        return {
-            "bootstrap.servers": self.secure_bootstrap,
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanisms": SCRAM_MECHANISM,
-            "sasl.username": SCRAM_USER,
-            "sasl.password": self.password_path.read_text().strip(),
-            "ssl.ca.location": str(self.ca_path),
-        }
+        env = self.secure_env()
+        return {"bootstrap.servers": env["STRATA_KAFKA_BOOTSTRAP"], **kafka_properties_from_env(env)}
 
     @property
     def state_path(self) -> Path:
