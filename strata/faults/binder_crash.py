@@ -25,7 +25,7 @@ from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.config import Settings
 from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult
-from strata.faults.common import STRATA, env_for, fresh_log, terminate, until
+from strata.faults.common import STRATA, LogView, env_for, fresh_log, terminate, until
 
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
 GROUP = "scheduling.k8s.io/group-name"
@@ -43,6 +43,8 @@ def run(ctx: FaultContext) -> FaultResult:
     with fresh_log(ctx.settings, "binder") as settings:
         env = env_for(settings, STRATA_DB_URL=f"sqlite:///{ctx.workdir / 'c.db'}", STRATA_RETRY_DELAYS="1,2")
         fold = ["--scheduler-name", ns]
+        config = FoldConfig(scheduler_names=(ns,))
+        log = LogView(CacheLogReader(settings), config)  # the log as it grows, read once
         try:
             uids = _cluster(api, ns, pods)
             ingest = subprocess.Popen(
@@ -52,8 +54,7 @@ def run(ctx: FaultContext) -> FaultResult:
                 assert ingest.stderr is not None
                 if not ingest.stderr.readline().startswith("synced:"):
                     raise StrataError("ingest did not sync")
-                config = FoldConfig(scheduler_names=(ns,))
-                _wait(lambda: len(_fold(settings, config).tasks) >= pods, 60, "pods in the log")
+                _wait(lambda: len(log.refresh().state.tasks) >= pods, 60, "pods in the log")
                 writer = CacheLogWriter(settings)
                 placement = {uid: f"{ns}-n{i % NODES}" for i, uid in enumerate(sorted(uids.values()))}
                 for uid, node in placement.items():
@@ -66,9 +67,7 @@ def run(ctx: FaultContext) -> FaultResult:
                 _finish(
                     [STRATA, "bind", "--instance", f"{ns}-b", *fold],
                     env,
-                    lambda: (
-                        _all_bound(api, ns, pods) and _outcomes(settings, (BindSucceeded, BindFailed)) >= set(placement)
-                    ),
+                    lambda: _all_bound(api, ns, pods) and _outcomes(log, (BindSucceeded, BindFailed)) >= set(placement),
                 )
                 bound = {p["metadata"]["uid"]: p["spec"].get("nodeName") for p in _list(api, ns)}
                 result.duplicates += sum(1 for uid, node in placement.items() if bound.get(uid) not in (node, None))
@@ -81,14 +80,15 @@ def run(ctx: FaultContext) -> FaultResult:
                 _finish(
                     [STRATA, "evict", "--instance", f"{ns}-e", *fold],
                     env,
-                    lambda: _outcomes(settings, (EvictSucceeded, EvictFailed)) >= set(evicted),
+                    lambda: _outcomes(log, (EvictSucceeded, EvictFailed)) >= set(evicted),
                 )
                 # the binds' watch events reach the log after the API has them: wait for them
-                _wait(lambda: not _binding(_fold(settings, config)), 60, "the binds' watch events in the log")
+                _wait(lambda: not _binding(log.refresh().state), 60, "the binds' watch events in the log")
             finally:
                 terminate(ingest, 60)
             _check(result, settings, config, placement, set(evicted))
         finally:
+            log.close()
             _cleanup(api, ns)
     return result
 
@@ -144,15 +144,8 @@ def _binding(state: CacheState) -> list[str]:
     return [uid for uid, t in state.tasks.items() if t.status == "Binding"]
 
 
-def _outcomes(settings: Settings, kinds: tuple[type, ...]) -> set[str]:
-    return {e.record.pod for e in CacheLogReader(settings).read() if isinstance(e.record, kinds)}  # type: ignore[attr-defined]
-
-
-def _fold(settings: Settings, config: FoldConfig) -> CacheState:
-    state = CacheState(config)
-    for entry in CacheLogReader(settings).read():
-        state.apply(entry.record)
-    return state
+def _outcomes(log: LogView, kinds: tuple[type, ...]) -> set[str]:
+    return {record.pod for record in log.of(*kinds)}
 
 
 def _wait(done: Any, timeout_s: float, what: str) -> None:

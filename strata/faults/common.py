@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -13,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from projector.state import CacheState, FoldConfig
+from strata.cachelog import CacheLogReader, LogEntry
 from strata.config import Settings
 from strata.topics import drop_topics, ensure_topics
 
@@ -43,6 +46,35 @@ def env_for(settings: Settings, **more: str) -> dict[str, str]:
     if settings.kubeconfig:
         env["KUBECONFIG"] = settings.kubeconfig
     return {**env, **more}
+
+
+class LogView:
+    """The cache log folded as it grows (``CacheLogReader.follow``): a probe asked again and again
+    reads only what arrived since, not the whole log."""
+
+    def __init__(self, reader: CacheLogReader, config: FoldConfig | None = None) -> None:
+        self._stop = threading.Event()
+        self._entries: Iterator[LogEntry | None] = reader.follow(0, self._stop, tick_s=0.2)
+        self.state = CacheState(config)
+        self.records: list[Any] = []
+
+    def refresh(self) -> LogView:
+        for entry in self._entries:
+            if entry is None:
+                break
+            self.records.append(entry.record)
+            self.state.apply(entry.record)
+        return self
+
+    def of(self, *types: type) -> list[Any]:
+        return [r for r in self.refresh().records if isinstance(r, types)]
+
+    def tasks(self, ns: str) -> dict[str, str]:
+        return {t.name: t.status for t in self.refresh().state.tasks.values() if t.namespace == ns}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._entries.close()  # type: ignore[attr-defined]
 
 
 def terminate(proc: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:

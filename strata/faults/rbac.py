@@ -19,21 +19,19 @@ import contextlib
 import os
 import subprocess
 import sys
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ingest.kube import ApiError, KubeApi
-from projector.state import CacheState
 from schemas import Bind, BindSucceeded, Evict, EvictSucceeded, Synced
-from strata.cachelog import CacheLogReader, CacheLogWriter, LogEntry
+from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult
-from strata.faults.common import STRATA, env_for, terminate, until
+from strata.faults.common import STRATA, LogView, env_for, terminate, until
 from strata.topics import drop_topics, ensure_topics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,34 +54,6 @@ def run(ctx: FaultContext) -> FaultResult:
     finally:
         scenario.cleanup()
     return scenario.result
-
-
-class _LogView:
-    """The cache log folded as it grows (``CacheLogReader.follow``)."""
-
-    def __init__(self, reader: CacheLogReader) -> None:
-        self._stop = threading.Event()
-        self._entries: Iterator[LogEntry | None] = reader.follow(0, self._stop, tick_s=0.2)
-        self.state = CacheState()
-        self.records: list[Any] = []
-
-    def refresh(self) -> _LogView:
-        for entry in self._entries:
-            if entry is None:
-                break
-            self.records.append(entry.record)
-            self.state.apply(entry.record)
-        return self
-
-    def of(self, *types: type) -> list[Any]:
-        return [r for r in self.refresh().records if isinstance(r, types)]
-
-    def tasks(self, ns: str) -> dict[str, str]:
-        return {t.name: t.status for t in self.refresh().state.tasks.values() if t.namespace == ns}
-
-    def close(self) -> None:
-        self._stop.set()
-        self._entries.close()  # type: ignore[attr-defined]
 
 
 def _until(probe: Callable[[], Any], timeout_s: float = WAIT_S) -> bool:
@@ -113,7 +83,7 @@ class _Scenario:
         self.outputs: dict[str, Path] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.uids: dict[str, str] = {}
-        self.log: _LogView | None = None
+        self.log: LogView | None = None
         self.topics = False
 
     # ------------------------------------------------------------------------------ checks
@@ -161,7 +131,7 @@ class _Scenario:
         ensure_topics(self.settings)
         self.topics = True
         self._objects()
-        self.log = _LogView(CacheLogReader(self.settings))
+        self.log = LogView(CacheLogReader(self.settings))
         self.ingest()
         self.binder()
         self.evictor()
