@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -25,14 +24,14 @@ from pathlib import Path
 
 from ingest.from_trace import publish_trace
 from projector.auditstore import AuditIndex
+from projector.kinds import GROUP_NAME
 from projector.runner import LogRunner
 from projector.sqlstore import SqlCheckpointStore
 from projector.state import FoldConfig
 from strata.config import Settings, settings_from
+from strata.faults.common import STRATA, env_for
 from strata.history import history
 from strata.topics import drop_topics, ensure_topics
-
-STRATA = str(Path(sys.executable).with_name("strata"))
 
 
 def main() -> None:
@@ -60,13 +59,8 @@ def run(settings: Settings, args: argparse.Namespace) -> None:
         report = publish_trace(settings, trace)
         out["records"] = report.records
         out["publish_records_per_s"] = round(report.records / (time.monotonic() - started))
-        env = {
-            **os.environ,
-            "STRATA_KAFKA_BOOTSTRAP": settings.bootstrap,
-            "STRATA_TOPIC_PREFIX": settings.topic_prefix,
-        }
         for audit, db in (("--no-audit", "plain"), ("--audit", "audit")):
-            env["STRATA_DB_URL"] = f"sqlite:///{tmp}/{db}.db"
+            env = env_for(settings, STRATA_DB_URL=f"sqlite:///{tmp}/{db}.db")
             started = time.monotonic()
             subprocess.run(
                 [STRATA, "project", "--stop-at-end", "--checkpoint-every", "500000", audit],
@@ -125,7 +119,7 @@ def _subjects(trace: Path) -> dict[str, list[str]]:
                 nodes.add(meta["name"])
             elif isinstance(meta.get("namespace"), str):
                 pods.add(f"{meta['namespace']}/{meta['name']}")
-                group = (meta.get("annotations") or {}).get("scheduling.k8s.io/group-name")
+                group = (meta.get("annotations") or {}).get(GROUP_NAME)
                 if group:
                     jobs.add(f"{meta['namespace']}/{group}")
     return {"pod": sorted(pods), "job": sorted(jobs), "node": sorted(nodes)}

@@ -34,7 +34,7 @@ from ingest.kube import KubeApi, Resource
 from schemas import Bind, BindSucceeded
 from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.config import settings_from
-from strata.faults.common import STRATA, env_for, terminate
+from strata.faults.common import STRATA, env_for, terminate, until
 from strata.topics import drop_topics, ensure_topics
 
 
@@ -85,20 +85,20 @@ def run(api: KubeApi, base: Any, ns: str, nodes: list[str], pods: int, workers: 
     bound_at: dict[str, float] = {}
     stop = threading.Event()
     try:
-        deadline = time.time() + 120
-        while "synced:" not in (logs / "ingest.log").read_text():
-            if time.time() > deadline or ingest.poll() is not None:
-                raise SystemExit(f"strata ingest did not sync: {(logs / 'ingest.log').read_text()[-500:]}")
-            time.sleep(0.2)
+        until(lambda: "synced:" in (logs / "ingest.log").read_text() or ingest.poll() is not None, 120)
+        if "synced:" not in (logs / "ingest.log").read_text():
+            raise SystemExit(f"strata ingest did not sync: {(logs / 'ingest.log').read_text()[-500:]}")
         writer = CacheLogWriter(settings)
         writer.append(Bind(pod=warm_uid, node=nodes[0], replica="bench"))
         writer.flush()
         path = f"/api/v1/namespaces/{ns}/pods/{warm}"
-        deadline = time.time() + 120
-        while not api.request("GET", path)["spec"].get("nodeName"):  # dispatcher and workers are live
-            if time.time() > deadline or binder.poll() is not None:
-                raise SystemExit(f"strata bind did not bind the warm-up pod: {(logs / 'bind.log').read_text()[-500:]}")
-            time.sleep(0.2)
+
+        def warm_bound() -> bool:
+            return bool(api.request("GET", path)["spec"].get("nodeName"))
+
+        until(lambda: warm_bound() or binder.poll() is not None, 120)  # dispatcher and workers are live
+        if not warm_bound():
+            raise SystemExit(f"strata bind did not bind the warm-up pod: {(logs / 'bind.log').read_text()[-500:]}")
 
         resource = Resource("Pod", "v1", f"/api/v1/namespaces/{ns}/pods")
         rv = api.request("GET", resource.path, limit=1)["metadata"]["resourceVersion"]  # before any BIND
