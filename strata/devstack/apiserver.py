@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import ssl
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -36,7 +35,6 @@ CLUSTER = "strata-local"
 ADMIN = "strata-admin"
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"  # the first address of SERVICE_CIDR: the `kubernetes` Service's
-CERT_DAYS = 3650
 # No controller runs, so the admission plugins that rely on one are off (as in Kubernetes'
 # scheduler_perf): ServiceAccount would wait for a token controller; TaintNodesByCondition would
 # give every new Node a not-ready taint that only the node-lifecycle controller removes; Priority
@@ -44,14 +42,7 @@ CERT_DAYS = 3650
 DISABLED_ADMISSION = ("ServiceAccount", "TaintNodesByCondition", "Priority")
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    exe = shutil.which("openssl")
-    if exe is None:
-        raise StrataError("the openssl command is needed once to make the local kube-apiserver's certificates")
-    result = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True)
-    if result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise StrataError(f"openssl {args[0]} failed: {detail[0]}")
+_openssl = process.openssl_for("the local kube-apiserver's certificates")
 
 
 @dataclass(frozen=True)
@@ -169,7 +160,7 @@ class KubeAPIServer(process.LocalServer):
         pki = self.pki
         _openssl(
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-            "-days", str(CERT_DAYS), "-subj", "/CN=strata-local-ca",
+            "-days", str(process.CERT_DAYS), "-subj", "/CN=strata-local-ca",
             "-addext", "basicConstraints=critical,CA:TRUE",
             "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
             cwd=pki,
@@ -207,7 +198,7 @@ class KubeAPIServer(process.LocalServer):
         )  # fmt: skip
         _openssl(
             "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-days", str(CERT_DAYS), "-extfile", ext.name, "-out", f"{name}.crt",
+            "-days", str(process.CERT_DAYS), "-extfile", ext.name, "-out", f"{name}.crt",
             cwd=self.pki,
         )  # fmt: skip
         for leftover in (ext, self.pki / f"{name}.csr"):

@@ -61,7 +61,6 @@ SECURE_LISTENER = "SECURE"
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 SCRAM_USER = "strata"
 SCRAM_ITERATIONS = 8192
-CERT_DAYS = 3650
 
 
 def kafka_version() -> str:
@@ -112,14 +111,7 @@ def ensure_jars(log: Log = print) -> Path:
     return libs
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    exe = shutil.which("openssl")
-    if exe is None:
-        raise StrataError("the openssl command is needed once to make the local Kafka broker's certificates")
-    result = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True)
-    if result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise StrataError(f"openssl {args[0]} failed: {detail[0]}")
+_openssl = process.openssl_for("the local Kafka broker's certificates")
 
 
 def _write_secret(path: Path, text: str) -> None:
@@ -324,7 +316,7 @@ class KafkaBroker:
         _write_secret(self.keystore_password_path, secrets.token_urlsafe(24))
         _openssl(
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-            "-days", str(CERT_DAYS), "-subj", "/CN=strata-kafka-local-ca",
+            "-days", str(process.CERT_DAYS), "-subj", "/CN=strata-kafka-local-ca",
             "-addext", "basicConstraints=critical,CA:TRUE",
             "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
             cwd=pki,
@@ -342,7 +334,7 @@ class KafkaBroker:
         )  # fmt: skip
         _openssl(
             "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-            "-days", str(CERT_DAYS), "-extfile", "server.ext", "-out", "server.crt",
+            "-days", str(process.CERT_DAYS), "-extfile", "server.ext", "-out", "server.crt",
             cwd=pki,
         )  # fmt: skip
         # the password from its file: never on a command line

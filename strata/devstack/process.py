@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -127,3 +129,21 @@ class LocalServer:
     def running(self) -> ProcessState | None:
         state = read_state(self.state_path)
         return state if alive(state) else None
+
+
+CERT_DAYS = 3650  # the local stack's own CA and certificates
+
+
+def openssl(*args: str, cwd: Path, needed_for: str) -> None:
+    """Run one openssl command; its failure is one line naming the step."""
+    exe = shutil.which("openssl")
+    if exe is None:
+        raise StrataError(f"the openssl command is needed once to make {needed_for}")
+    result = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise StrataError(f"openssl {args[0]} failed: {detail[0]}")
+
+
+def openssl_for(needed_for: str) -> Callable[..., None]:
+    return functools.partial(openssl, needed_for=needed_for)
