@@ -44,6 +44,12 @@ class Action(Protocol):
 
     def run(self, command: Any) -> Result: ...
 
+    def done_already(self, command: Any) -> Result | None:
+        """The result of a command that an earlier attempt may have carried out without writing its
+        outcome (a worker killed or its transaction aborted after the API call), read from the pod
+        alone; None when the command must be carried out. A read, never a write: a second Binding
+        or Eviction that reaches the API server is a duplicate, even when it answers 409."""
+
     def give_up(self, command: Any, reason: str) -> None:
         """Called once a command goes to the dead-letter topic (best effort, may be repeated)."""
 

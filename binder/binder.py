@@ -8,10 +8,12 @@ and fails parsing it (``Invalid value for 'target'``) *after* the pod was bound 
 
 from __future__ import annotations
 
+from typing import Any
+
 from urllib3.exceptions import HTTPError
 
 from binder.actions import Result, classify, current_pod, guarded, patch_condition, pod_path
-from ingest.kube import KubeApi
+from ingest.kube import Answer, KubeApi
 from schemas import BindCommand
 
 
@@ -40,19 +42,21 @@ class BindAction:
             return self._conflict(cmd, answer.message)
         return classify(answer, "binding refused")
 
+    def done_already(self, cmd: BindCommand) -> Result | None:
+        try:
+            answer, pod = current_pod(self.api, cmd.namespace, cmd.name, cmd.pod_uid)
+        except (HTTPError, OSError):
+            return None  # the bind itself will meet the failure and be classified
+        return _settled(cmd, answer, pod)
+
     def _conflict(self, cmd: BindCommand, message: str) -> Result:
         # 409 is "already assigned" or a failed uid precondition: look at the pod to tell.
         answer, pod = current_pod(self.api, cmd.namespace, cmd.name, cmd.pod_uid)
+        settled = _settled(cmd, answer, pod)
+        if settled is not None:
+            return settled
         if pod is None:
-            if answer.status in (200, 404):
-                return Result.terminal(f"pod {cmd.namespace}/{cmd.name} with uid {cmd.pod_uid} is gone")
             return classify(answer, "reading the pod after a conflict")
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node == cmd.node:
-            # a command carried out before a crash and delivered again lands here: done already
-            return Result.ok("already bound to this node")
-        if node:
-            return Result.terminal(f"pod is already assigned to node {node}")
         return Result.transient(f"conflict: {message}")  # not bound, same uid: a race; try again
 
     def give_up(self, cmd: BindCommand, reason: str) -> None:
@@ -67,3 +71,18 @@ class BindAction:
             patch_condition(self.api, cmd.namespace, cmd.name, cmd.pod_uid, condition)
         except (OSError, HTTPError):
             pass  # best effort: the BIND_FAILED record is what counts
+
+
+def _settled(cmd: BindCommand, answer: Answer, pod: dict[str, Any] | None) -> Result | None:
+    """What the pod as read says of the command, if it settles it: gone, or bound (here or elsewhere)."""
+    if pod is None:
+        if answer.status in (200, 404):  # another uid under its name, or no pod at all
+            return Result.terminal(f"pod {cmd.namespace}/{cmd.name} with uid {cmd.pod_uid} is gone")
+        return None
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node == cmd.node:
+        # a command carried out before a crash and delivered again lands here: done already
+        return Result.ok("already bound to this node")
+    if node:
+        return Result.terminal(f"pod is already assigned to node {node}")
+    return None

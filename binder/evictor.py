@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from urllib3.exceptions import HTTPError
+
 from binder.actions import Result, classify, current_pod, guarded, patch_condition, pod_path
 from ingest.kube import KubeApi
 from schemas import EvictCommand
@@ -65,6 +67,17 @@ class EvictAction:
         if answer.status == 409:
             return self._conflict(cmd, answer.message)
         return classify(answer, "delete refused")
+
+    def done_already(self, cmd: EvictCommand) -> Result | None:
+        try:
+            answer, pod = current_pod(self.api, cmd.namespace, cmd.name, cmd.pod_uid)
+        except (HTTPError, OSError):
+            return None  # the eviction itself will meet the failure and be classified
+        if pod is None:
+            return Result.ok("pod already gone") if answer.status in (200, 404) else None
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return Result.ok("pod already being deleted")
+        return None
 
     def _conflict(self, cmd: EvictCommand, message: str) -> Result:
         # 409 is mostly the uid precondition: the pod of this command is gone, a new one has its name

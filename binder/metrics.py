@@ -16,3 +16,8 @@ BAD_COMMANDS = Counter(
     "strata_bad_commands", "Command messages that did not decode (dead-lettered), by topic.", ["topic"]
 )
 ABORTS = Counter("strata_command_transaction_aborts", "Transactions aborted and redone, by role.", ["role"])
+FOUND_DONE = Counter(
+    "strata_commands_found_done",
+    "Suspect commands (an earlier attempt may have done them) that the pod showed done: no API write.",
+    ["work"],
+)

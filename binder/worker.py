@@ -18,6 +18,13 @@ again. That is harmless by construction: each outcome names the offset of its BI
 the fold reverts only the overlay that record laid, so a repeated BIND_FAILED cannot undo a later
 bind of the same pod; successes change no state.
 
+The API call itself is not repeated: a command that an earlier attempt may have carried out is
+*suspect*, and the action first reads the pod (``Action.done_already``) and calls the API only
+if the pod says it was not done. Suspect are the commands of an aborted batch, and after a
+partition is assigned, its first ``batch_max`` commands that were already in it: a predecessor
+commits each batch before it takes the next, so what it may have done without committing lies
+there.
+
 A retry tier holds commands back for its delay: it pauses a partition whose head is not due yet
 (record timestamp + delay), seeks back to it and keeps polling; it resumes once due.
 """
@@ -33,7 +40,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from binder import metrics, txn
 from binder.actions import Action, Result
@@ -98,6 +105,10 @@ class _Item:
     command: Any = None
     bad: str | None = None  # why the message did not decode
     result: Result | None = None
+    suspect: bool = False  # an earlier attempt may have carried it out
+
+
+Partition = tuple[str, int]
 
 
 class CommandWorker:
@@ -129,7 +140,10 @@ class CommandWorker:
         # and take over its static group membership at once, without waiting for a timeout
         self.transactional_id = f"{settings.topic_prefix}{spec.work}-{instance}-{self.role}"
         self.group_instance_id = f"{spec.work}-{instance}-{self.role}"
-        self._paused: dict[tuple[str, int], int] = {}  # partition -> due (ms) of its held-back head
+        self._paused: dict[Partition, int] = {}  # partition -> due (ms) of its held-back head
+        # partition -> its end when assigned (None: unknown), until its first command is read
+        self._assigned_end: dict[Partition, int | None] = {}
+        self._suspect_below: dict[Partition, int] = {}  # commands below this offset are suspect
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._outcomes = Publisher(settings)  # into the cache log: idempotent, never transactional
@@ -171,11 +185,16 @@ class CommandWorker:
         held = [tp for tp in partitions if (tp.topic, tp.partition) in self._paused]
         if held:
             consumer.pause(held)
+        for tp in partitions:
+            self._assigned_end[(tp.topic, tp.partition)] = _end(consumer, tp)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._redo = False  # whoever is assigned the partitions now redoes what was aborted
         for tp in partitions:
-            self._paused.pop((tp.topic, tp.partition), None)
+            key = (tp.topic, tp.partition)
+            self._paused.pop(key, None)
+            self._assigned_end.pop(key, None)
+            self._suspect_below.pop(key, None)
 
     def step(self) -> None:
         consumer = self._consumer
@@ -194,18 +213,18 @@ class CommandWorker:
             log.warning("%s: transaction aborted (%s); redoing the batch", self.transactional_id, exc)
             metrics.ABORTS.labels(self.transactional_id).inc()
             txn.safe_abort(self._producer)
-            self._rewind(consumer)
+            self._rewind(consumer, items)
         except txn.Fatal as exc:
             log.warning("%s: producer unusable (%s); making a new one", self.transactional_id, exc)
             self._redo = False  # fenced, most likely: the instance that fenced us redoes the batch
             metrics.ABORTS.labels(self.transactional_id).inc()
             self._producer = txn.transactional_producer(self.settings, self.transactional_id)
-            self._rewind(consumer)
+            self._rewind(consumer, items)
 
     # ------------------------------------------------------------------------------- admit
     def _admit(self, consumer: Consumer, msgs: list[Message]) -> list[_Item]:
         items: list[_Item] = []
-        held: set[tuple[str, int]] = set()
+        held: set[Partition] = set()
         now_ms = int(time.time() * 1000)
         for msg in msgs:
             err = msg.error()
@@ -222,8 +241,17 @@ class CommandWorker:
                     held.add(tp)
                     self._hold(consumer, msg, due)
                     continue
-            items.append(self._decoded(msg))
+            item = self._decoded(msg)
+            item.suspect = self._suspect(tp, msg.offset())
+            items.append(item)
         return items
+
+    def _suspect(self, tp: Partition, offset: int) -> bool:
+        if tp in self._assigned_end:  # the partition's first command since it was assigned
+            end = self._assigned_end.pop(tp)
+            below = offset + self.batch_max if end is None else min(end, offset + self.batch_max)
+            self._suspect_below[tp] = max(self._suspect_below.get(tp, 0), below)
+        return offset < self._suspect_below.get(tp, 0)
 
     def _hold(self, consumer: Consumer, msg: Message, due_ms: int) -> None:
         tp = TopicPartition(msg.topic(), msg.partition(), msg.offset())
@@ -263,7 +291,11 @@ class CommandWorker:
 
     def _run_in_order(self, group: list[_Item]) -> None:
         for item in group:
-            result = self.action.run(item.command)
+            result = self.action.done_already(item.command) if item.suspect else None
+            if result is not None:
+                metrics.FOUND_DONE.labels(self.spec.work).inc()
+            else:
+                result = self.action.run(item.command)
             if result.kind == "terminal" or (result.kind == "transient" and self.stage.last):
                 self.action.give_up(item.command, result.reason)
             item.result = result
@@ -343,9 +375,21 @@ class CommandWorker:
         names = TopicNames(self.settings.topic_prefix)
         return [names.retry(self.spec.work, d) for d in self.settings.retry_delays_s].index(topic)
 
-    def _rewind(self, consumer: Consumer) -> None:
+    def _rewind(self, consumer: Consumer, done: list[_Item]) -> None:
+        """Back to the committed offsets; the batch just carried out is suspect when read again."""
+        for item in done:
+            tp = (item.msg.topic(), item.msg.partition())
+            self._suspect_below[tp] = max(self._suspect_below.get(tp, 0), item.msg.offset() + 1)
         self._paused.clear()
         assignment = consumer.assignment()
         if assignment:
             consumer.resume(assignment)
         txn.rewind(consumer, assignment)
+
+
+def _end(consumer: Consumer, tp: TopicPartition) -> int | None:
+    """The partition's end offset now, or None when the broker does not say in time."""
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=OFFSETS_TIMEOUT_S)[1]
+    except KafkaException:
+        return None
