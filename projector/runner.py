@@ -82,6 +82,7 @@ class LogRunner:
         return state
 
     def checkpoint(self, state: CacheState) -> CheckpointInfo:
+        LOG.info("writing a checkpoint at version %d", state.version)
         blob = statecodec.encode(state)
         info = CheckpointInfo(
             log=self.identity,
@@ -91,6 +92,7 @@ class LogRunner:
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )
         self.store.save(Checkpoint(info, blob, statecodec.FORMAT))
+        LOG.info("checkpoint at version %d written", state.version)
         return info
 
     def follow(
@@ -108,8 +110,11 @@ class LogRunner:
         With ``audit_index``, every record's audit entry is written too (with each checkpoint, in
         batches); a projector whose index lags its checkpoints starts from an older one.
         """
+        LOG.info("restoring the newest checkpoint")
         state = self.restore(at_or_below=audit_index.indexed_to(self.identity) if audit_index else None)
+        LOG.info("restored version %d", state.version)
         progress = Progress(state.version, self.reader.end_offset())
+        idle_at = -1
         saved_version = state.version
         last_checkpoint = last_report = time.monotonic()
         pending: list[audit.AuditEntry] = []
@@ -130,6 +135,9 @@ class LogRunner:
                 progress.version = state.version
                 if digests is not None and digests.due(state.version):
                     digests.offer(state.snapshot())
+            elif idle_at != state.version:
+                idle_at = state.version
+                LOG.info("idle at version %d", state.version)
             now = time.monotonic()
             due = state.version - saved_version >= every_records or (
                 now - last_checkpoint >= every_seconds and state.version != saved_version

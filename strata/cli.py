@@ -39,6 +39,11 @@ from strata.errors import StrataError
 def main() -> None:
     """Strata: Volcano's scheduler cache as a deterministic fold of one Kafka log."""
     logging.basicConfig(level=logging.WARNING, format="strata: %(name)s: %(message)s")
+    level = os.environ.get("STRATA_LOG_LEVEL", "").upper()
+    if level:  # INFO shows the projector's phases (restore, checkpoints, caught up)
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise StrataError(f"STRATA_LOG_LEVEL={level!r}: give DEBUG, INFO, WARNING or ERROR")
+        logging.getLogger("strata").setLevel(level)
     # librdkafka logs every refused connection; the failure that matters reaches the user as
     # the command's one-line error (naming a refusal, BROKER_REFUSALS), so its chatter shows
     # only with STRATA_DEBUG.
