@@ -20,8 +20,8 @@ from strata.config import Settings
 def faults(settings: Settings, only: tuple[str, ...], quick: bool) -> None:
     """Inject faults into the real local stack (`strata dev up`) and check that nothing is lost.
 
-    Prints a table: scenario, runs, passed, records lost, duplicates, digest mismatches, time.
-    Exits 1 when any scenario failed.
+    Prints a table: scenario, runs, passed, records lost, duplicates, digest mismatches, negative
+    controls caught, time. Exits 1 when any scenario failed or any negative control went unseen.
     """
     from rich.console import Console
     from rich.table import Table
@@ -47,7 +47,17 @@ def faults(settings: Settings, only: tuple[str, ...], quick: bool) -> None:
             result.seconds = time.monotonic() - started
             results.append(result)
     table = Table(title="strata faults")
-    for column in ("scenario", "runs", "passed", "records lost", "duplicates", "digest mismatches", "time", "notes"):
+    for column in (
+        "scenario",
+        "runs",
+        "passed",
+        "records lost",
+        "duplicates",
+        "digest mismatches",
+        "controls",
+        "time",
+        "notes",
+    ):
         table.add_column(column)
     for r in results:
         table.add_row(
@@ -57,6 +67,7 @@ def faults(settings: Settings, only: tuple[str, ...], quick: bool) -> None:
             str(r.records_lost),
             str(r.duplicates),
             str(r.digest_mismatches),
+            r.controls_caught,
             f"{r.seconds:.0f} s",
             "; ".join(r.notes)[:200],
         )

@@ -14,6 +14,9 @@ import pytest
 
 from schemas import Bind, BindFailed, BindSucceeded
 from strata.cachelog import CacheLogWriter
+from strata.faults import Verdict
+from strata.faults.binder_crash import repeated_calls
+from strata.faults.common import api_writes
 from strata.topics import TopicNames
 from tests.test_binder_support import (  # noqa: F401 - fixtures
     Env,
@@ -96,6 +99,11 @@ def test_sigkill_in_the_middle_of_a_batch_then_restart(env: Env, ingest):
         commands = decoded(read_topic(env.settings, TopicNames(env.settings.topic_prefix).commands("bind")))
         assert len(commands) == 200 and len({c.command_id for c in commands}) == 200
         assert {c.log_offset for c in commands} == {e.offset for e in env.log.admitted}
+        # and at the API server: the redone batch read the pods first; no Binding was made twice
+        writes, verdict = api_writes(env.settings, env.ns), Verdict()
+        for name in uids:
+            repeated_calls(verdict, writes.get(("binding", name), ()), name, "Binding", True)
+        assert verdict.clean, verdict.problems
     finally:
         _stop(proc)
 

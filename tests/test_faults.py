@@ -35,3 +35,9 @@ def test_load(broker: Settings, tmp_path: Path):
 @pytest.mark.kube
 def test_watch_gaps(broker: Settings, kubeconfig: str, tmp_path: Path):
     _run("watch-gaps", broker.with_(kubeconfig=kubeconfig), tmp_path)
+
+
+@pytest.mark.kafka
+def test_broker_loss(broker: Settings, tmp_path: Path):
+    # three brokers of its own on other ports; the suite's broker only lends its data directory
+    _run("broker-loss", broker, tmp_path)

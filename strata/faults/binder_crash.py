@@ -1,9 +1,18 @@
 """Binder and evictor crash: SIGKILL `strata bind` and `strata evict` mid-batch, again and again.
 
-What must hold: every admitted BIND ends bound exactly once where it was admitted (or in
-BIND_FAILED), no task stays Binding, no pod is bound elsewhere (a duplicate that reached the API
-server would show there), and every applied EVICT ends in EVICT_SUCCEEDED or EVICT_FAILED.
-Needs the local kube-apiserver (KUBECONFIG).
+What must hold, from the log, the pods and the API server's audit log (``api_writes``):
+
+* every admitted BIND has its outcome, and its pod is bound where it was admitted; a
+  BIND_SUCCEEDED names the node the pod is on; a BIND_FAILED for a pod that ended bound is wrong;
+* every pod got exactly one Binding call at the API server, and every evicted pod one Eviction: a
+  second call that reached the API is a duplicate, whatever it was answered (409 included);
+* no task stays Binding, and every applied EVICT ends in EVICT_SUCCEEDED or EVICT_FAILED.
+
+Repeated outcome records (an outcome is written at least once) are counted in the notes: harmless
+by construction, see ``binder.worker``. Negative controls: a real second Binding call for one pod,
+made on purpose, must be counted as a duplicate, and broken copies of the observation (an outcome
+dropped, a pod bound elsewhere, a BIND_FAILED for a bound pod, an eviction repeated, a task left
+Binding) must each be reported. Needs the local kube-apiserver (KUBECONFIG).
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ingest.kube import ApiError, KubeApi
@@ -24,11 +34,20 @@ from schemas import Bind, BindFailed, BindSucceeded, Evict, EvictFailed, EvictSu
 from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.config import Settings
 from strata.errors import StrataError
-from strata.faults import FaultContext, FaultResult
-from strata.faults.common import STRATA, LogView, env_for, fresh_log, terminate, until
+from strata.faults import FaultContext, FaultResult, Verdict
+from strata.faults.common import (
+    STRATA,
+    LogView,
+    api_writes,
+    create_node,
+    env_for,
+    fresh_log,
+    pod_body,
+    terminate,
+    until,
+)
 
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
-GROUP = "scheduling.k8s.io/group-name"
 NODES = 4
 
 
@@ -69,8 +88,6 @@ def run(ctx: FaultContext) -> FaultResult:
                     env,
                     lambda: _all_bound(api, ns, pods) and _outcomes(log, (BindSucceeded, BindFailed)) >= set(placement),
                 )
-                bound = {p["metadata"]["uid"]: p["spec"].get("nodeName") for p in _list(api, ns)}
-                result.duplicates += sum(1 for uid, node in placement.items() if bound.get(uid) not in (node, None))
                 # evict half of them, with the evictor killed the same way
                 evicted = sorted(placement)[: pods // 2]
                 for uid in evicted:
@@ -86,7 +103,14 @@ def run(ctx: FaultContext) -> FaultResult:
                 _wait(lambda: not _binding(log.refresh().state), 60, "the binds' watch events in the log")
             finally:
                 terminate(ingest, 60)
-            _check(result, settings, config, placement, set(evicted))
+            names = {uid: name for name, uid in uids.items()}
+            seen = _observe(settings, config, placement, names, set(evicted), api, ns)
+            result.count(check(seen))
+            _controls(result, seen, settings, api, ns)
+            result.notes.append(
+                f"{len(seen.admitted)} binds, {len(evicted)} evictions, {seen.calls} API writes audited "
+                f"({seen.retried} after a failed call); {seen.repeated_outcomes} outcome record(s) repeated (harmless)"
+            )
         finally:
             log.close()
             _cleanup(api, ns)
@@ -115,29 +139,163 @@ def _finish(argv: list[str], env: dict[str, str], done: Any) -> None:
         terminate(proc, 60)
 
 
-def _check(
-    result: FaultResult, settings: Settings, config: FoldConfig, placement: dict[str, str], evicted: set[str]
-) -> None:
+@dataclass(frozen=True)
+class Observed:
+    """What the run left behind: the log folded, the pods as the API server has them, its audit."""
+
+    placement: dict[str, str]  # pod uid -> the node its BIND named
+    names: dict[str, str]  # pod uid -> pod name
+    admitted: frozenset[str]  # uids whose BIND the fold admitted
+    bind_outcomes: tuple[BindSucceeded | BindFailed, ...]
+    evicted: frozenset[str]  # uids an EVICT was published for
+    evict_outcomes: frozenset[str]
+    bound: dict[str, str | None]  # pod uid -> its nodeName at the end
+    writes: dict[tuple[str, str], tuple[int, ...]]  # (binding|eviction|delete, pod name) -> statuses
+    binding: tuple[str, ...]  # tasks still Binding in the fold
+
+    @property
+    def calls(self) -> int:
+        return sum(len(statuses) for statuses in self.writes.values())
+
+    @property
+    def retried(self) -> int:  # calls made after a failed one (a retry tier's), none after a success
+        return sum(sum(1 for s in statuses[:-1] if s >= 300) for statuses in self.writes.values())
+
+    @property
+    def repeated_outcomes(self) -> int:
+        return sum(n - 1 for n in Counter(o.pod for o in self.bind_outcomes).values() if n > 1)
+
+
+def check(seen: Observed) -> Verdict:
+    verdict = Verdict(lost=len(seen.binding) + len(seen.evicted - seen.evict_outcomes))
+    if len(seen.admitted) != len(seen.placement):
+        verdict.problem(f"{len(seen.admitted)} of {len(seen.placement)} BINDs admitted")
+    succeeded: dict[str, set[str]] = {}
+    failed = {o.pod for o in seen.bind_outcomes if isinstance(o, BindFailed)}
+    for o in seen.bind_outcomes:
+        if isinstance(o, BindSucceeded):
+            succeeded.setdefault(o.pod, set()).add(o.node)
+    for uid in sorted(seen.admitted):
+        name, node = seen.names.get(uid, uid), seen.bound.get(uid)
+        if uid not in succeeded and uid not in failed:
+            verdict.lost += 1
+            verdict.problem(f"{name}: admitted BIND without an outcome")
+        if uid not in seen.bound and uid in seen.evicted:  # evicted and gone: bound once, as it should
+            repeated_calls(verdict, seen.writes.get(("binding", name), ()), name, "Binding", True)
+            continue
+        if node is None and uid not in failed:
+            verdict.lost += 1
+            verdict.problem(f"{name}: admitted, never bound")
+        if node is not None and node != seen.placement[uid]:
+            verdict.mismatches += 1
+            verdict.problem(f"{name}: bound to {node}, admitted on {seen.placement[uid]}")
+        if node is not None and succeeded.get(uid, {node}) != {node}:
+            verdict.mismatches += 1
+            verdict.problem(f"{name}: BIND_SUCCEEDED names {sorted(succeeded[uid])}, the pod is on {node}")
+        if node is not None and uid in failed:
+            verdict.mismatches += 1
+            verdict.problem(f"{name}: BIND_FAILED, yet the pod is bound to {node}")
+        repeated_calls(verdict, seen.writes.get(("binding", name), ()), name, "Binding", node is not None)
+    for uid in sorted(seen.evicted):
+        name = seen.names.get(uid, uid)
+        calls = seen.writes.get(("eviction", name), ()) + seen.writes.get(("delete", name), ())
+        repeated_calls(verdict, calls, name, "Eviction", True)
+    return verdict
+
+
+def repeated_calls(verdict: Verdict, statuses: tuple[int, ...], name: str, what: str, expected: bool) -> None:
+    """Every call after the one that took effect is a duplicate, whatever its answer. The call that
+    took effect is the first answered with success, or the one before a 409 (a 504 can take
+    effect); a retry after a failed call that did nothing (a 504, then 201) is no duplicate."""
+    if not statuses:
+        if expected:  # the audit log would not show a duplicate either
+            verdict.problem(f"{name}: no {what} call in the API server's audit log")
+        return
+    took = next((i for i, status in enumerate(statuses) if status < 300 or status == 409), len(statuses) - 1)
+    if statuses[took] == 409 and took > 0:
+        took -= 1
+    again = len(statuses) - 1 - took
+    if again:
+        verdict.duplicates += again
+        verdict.problem(f"{name}: {what} called again after it took effect: {list(statuses)}")
+
+
+def _observe(
+    settings: Settings,
+    config: FoldConfig,
+    placement: dict[str, str],
+    names: dict[str, str],
+    evicted: set[str],
+    api: KubeApi,
+    ns: str,
+) -> Observed:
     state = CacheState(config)
-    admitted: dict[str, int] = {}
-    outcomes: Counter[str] = Counter()
+    admitted: set[str] = set()
+    outcomes: list[BindSucceeded | BindFailed] = []
     evict_outcomes: set[str] = set()
     for entry in CacheLogReader(settings).read():
-        outcome = state.apply(entry.record)
         record = entry.record
-        if isinstance(record, Bind) and outcome.result == "applied":
-            admitted[record.pod] = entry.offset
+        if state.apply(record).result == "applied" and isinstance(record, Bind):
+            admitted.add(record.pod)
         elif isinstance(record, (BindSucceeded, BindFailed)):
-            outcomes[record.pod] += 1
+            outcomes.append(record)
         elif isinstance(record, (EvictSucceeded, EvictFailed)):
             evict_outcomes.add(record.pod)
-    missing = [uid for uid in admitted if not outcomes[uid]]
-    binding = _binding(state)
-    result.records_lost += len(missing) + len(binding) + len(evicted - evict_outcomes)
-    if len(admitted) != len(placement):
-        result.notes.append(f"{len(admitted)} of {len(placement)} BINDs admitted")
-    repeated = sum(n - 1 for n in outcomes.values() if n > 1)
-    result.notes.append(f"{len(admitted)} binds, {len(evicted)} evictions; {repeated} outcome(s) repeated (harmless)")
+    return Observed(
+        placement=placement,
+        names=names,
+        admitted=frozenset(admitted),
+        bind_outcomes=tuple(outcomes),
+        evicted=frozenset(evicted),
+        evict_outcomes=frozenset(evict_outcomes),
+        bound={p["metadata"]["uid"]: p["spec"].get("nodeName") for p in _list(api, ns)},
+        writes=_settled_writes(settings, ns),
+        binding=tuple(_binding(state)),
+    )
+
+
+def _settled_writes(settings: Settings, ns: str) -> dict[tuple[str, str], tuple[int, ...]]:
+    """The audited writes once two reads a second apart agree (events are written as requests end)."""
+    last = api_writes(settings, ns)
+    while True:
+        time.sleep(1.0)
+        now = api_writes(settings, ns)
+        if now == last:
+            return now
+        last = now
+
+
+def _controls(result: FaultResult, seen: Observed, settings: Settings, api: KubeApi, ns: str) -> None:
+    """The checker on broken outcomes: one made for real at the API server, the rest on copies."""
+    bound = sorted(uid for uid, node in seen.bound.items() if node and uid in seen.admitted)
+    if not bound:
+        result.control("a real second Binding call", Verdict())  # nothing to break: the control fails
+        return
+    uid = bound[0]
+    name, node = seen.names[uid], seen.bound[uid]
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name, "namespace": ns, "uid": uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    api.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding, timeout=10.0)  # 409: bound already
+    result.control("a real second Binding call", check(replace(seen, writes=_settled_writes(settings, ns))))
+    other = next(n for n in sorted(set(seen.placement.values())) if n != node)
+    dropped = tuple(o for o in seen.bind_outcomes if o.pod != uid)
+    writes = dict(seen.writes)
+    evicted = sorted(seen.evicted)
+    if evicted:
+        key = ("eviction", seen.names[evicted[0]])
+        writes[key] = (*writes.get(key, ()), 429)  # even refused, a second call after success
+    for what, broken in (
+        ("a bind outcome dropped", replace(seen, bind_outcomes=dropped)),
+        ("a pod bound elsewhere", replace(seen, bound={**seen.bound, uid: other})),
+        ("a BIND_FAILED for a bound pod", replace(seen, bind_outcomes=(*seen.bind_outcomes, BindFailed(pod=uid)))),
+        ("an eviction repeated", replace(seen, writes=writes)),
+        ("a task left Binding", replace(seen, binding=(uid,))),
+    ):
+        result.control(what, check(broken))
 
 
 def _binding(state: CacheState) -> list[str]:
@@ -163,13 +321,8 @@ def _all_bound(api: KubeApi, ns: str, pods: int) -> bool:
 
 def _cluster(api: KubeApi, ns: str, pods: int) -> dict[str, str]:
     api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    res = {"cpu": "64", "memory": "256Gi", "pods": "500"}
     for i in range(NODES):
-        node = api.request(
-            "POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"{ns}-n{i}"}}
-        )
-        node["status"] = {"capacity": res, "allocatable": res, "conditions": [{"type": "Ready", "status": "True"}]}
-        api.request("PUT", f"/api/v1/nodes/{ns}-n{i}/status", node)
+        create_node(api, f"{ns}-n{i}")
     groups = max(1, pods // 10)
     for g in range(groups):
         pg = {
@@ -181,20 +334,7 @@ def _cluster(api: KubeApi, ns: str, pods: int) -> dict[str, str]:
         api.request("POST", f"{VOLCANO}/namespaces/{ns}/podgroups", pg)
 
     def create(i: int) -> tuple[str, str]:
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"p{i}",
-                "namespace": ns,
-                "annotations": {"scheduling.k8s.io/group-name": f"g{i % groups}"},
-            },
-            "spec": {
-                "schedulerName": ns,
-                "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}],
-            },
-        }
-        created = api.request("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+        created = api.request("POST", f"/api/v1/namespaces/{ns}/pods", pod_body(ns, f"p{i}", f"g{i % groups}", ns))
         return created["metadata"]["name"], created["metadata"]["uid"]
 
     with ThreadPoolExecutor(4) as pool:

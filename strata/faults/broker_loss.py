@@ -1,9 +1,12 @@
 """Broker loss: a three-broker cluster (replication 3, min.insync.replicas 2) loses one broker under
 load and gets it back; then the whole cluster restarts.
 
-What must hold: the idempotent acks=all producer loses nothing and duplicates nothing (the log
-holds exactly the records it was given, in order: counted and compared one by one), and a
+What must hold: the producer thread ends without an error, having handed over every record; the
+idempotent acks=all producer loses nothing and duplicates nothing (the log holds exactly the
+records it was given, in order: counted as multisets and compared one by one); and a
 `strata project` that follows throughout ends with the digest of an uninterrupted fold.
+Negative controls: the same check on the log with a record dropped, with a record duplicated,
+with the producer's error, and with a wrong follower digest must report each.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections import Counter
+from dataclasses import dataclass, replace
 
 from ingest.trace import read_trace
 from projector.runner import LogRunner
@@ -19,7 +24,7 @@ from projector.state import CacheState, FoldConfig
 from schemas import encode
 from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.config import Settings
-from strata.faults import FaultContext, FaultResult
+from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.cluster import ThreeBrokers
 from strata.faults.common import STRATA, env_for, fresh_log, terminate, until
 from strata.gen import generate
@@ -48,26 +53,58 @@ def run(ctx: FaultContext) -> FaultResult:
     return result
 
 
+@dataclass(frozen=True)
+class Observed:
+    given: list[bytes]  # the records the producer was to send, encoded
+    sent: int  # how many it handed over before it ended
+    error: str | None  # what ended the producer thread, if it was an exception
+    got: list[bytes]  # the log's records, encoded, in offset order
+    follower: str | None  # the follower's final digest
+    reference: str  # an uninterrupted fold's digest of ``given``
+
+
+def check(seen: Observed) -> Verdict:
+    verdict = Verdict()
+    if seen.error is not None:
+        verdict.problem(f"the producer thread died: {seen.error}"[:300])
+    if seen.sent != len(seen.given):
+        verdict.lost += len(seen.given) - seen.sent
+        verdict.problem(f"the producer handed over {seen.sent} of {len(seen.given)} records")
+    want, have = Counter(seen.given), Counter(seen.got)
+    verdict.lost += sum((want - have).values())
+    verdict.duplicates += sum((have - want).values())
+    if not verdict.lost and not verdict.duplicates and seen.got != seen.given:
+        verdict.mismatches += 1
+        verdict.problem("the log holds the records in another order")
+    if seen.follower != seen.reference:
+        verdict.mismatches += 1
+        verdict.problem(f"the follower ended at digest {seen.follower}, the fold's is {seen.reference}")
+    return verdict
+
+
 def _run(ctx: FaultContext, result: FaultResult, cluster: ThreeBrokers, settings: Settings, records: list) -> None:
     db = ctx.workdir / "c.db"
     env = env_for(settings, STRATA_DB_URL=f"sqlite:///{db}")
     follower_log = (ctx.workdir / "follower.log").open("w")
     follower = subprocess.Popen(
-        [STRATA, "project", "--no-audit", "--checkpoint-every", "5000"], env=env, stderr=follower_log
+        [STRATA, "project", "--no-audit", "--checkpoint-every", "5000", "--checkpoint-seconds", "2"],
+        env=env,
+        stderr=follower_log,
     )
     writer = CacheLogWriter(settings)
     sent = [0]
-    done = threading.Event()
+    error: list[str] = []
 
     def produce() -> None:  # ~2,000 records/s, through the faults
-        for record in records:
-            writer.append(record)
-            sent[0] += 1
-            if sent[0] % 100 == 0:
-                time.sleep(0.05)
-            if done.is_set():
-                break
-        writer.flush(timeout_s=300)
+        try:
+            for record in records:
+                writer.append(record)
+                sent[0] += 1
+                if sent[0] % 100 == 0:
+                    time.sleep(0.05)
+            writer.flush(timeout_s=300)
+        except Exception as exc:  # the check reports it: a dead producer is no pass
+            error.append(f"{type(exc).__name__}: {exc}")
 
     producer = threading.Thread(target=produce, daemon=True)
     producer.start()
@@ -78,22 +115,15 @@ def _run(ctx: FaultContext, result: FaultResult, cluster: ThreeBrokers, settings
     ctx.log(f"  broker 2 back after {sent[0]} records")
     cluster.start(1)
     cluster.wait_ready()
-    result.runs += 1
     producer.join(600)
-    result.passed += 1 if not producer.is_alive() else 0
-    ctx.log(f"  all {sent[0]} records delivered; the whole cluster restarts")
-    for i in range(3):
-        cluster.stop(i)
+    if producer.is_alive():
+        error.append("still producing after 600 s")
+    ctx.log(f"  {sent[0]} records handed over; the whole cluster restarts")
+    cluster.stop_all()
     for i in range(3):
         cluster.start(i)
     cluster.wait_ready()
-    result.runs += 1
-    # the log, message by message, against what was sent
-    got = [entry.record for entry in CacheLogReader(settings).read(timeout_s=60)]
-    expected = records[: sent[0]]
-    same = sum(1 for a, b in zip(got, expected, strict=False) if encode(a) == encode(b))
-    result.records_lost = max(0, len(expected) - len(got)) + (min(len(got), len(expected)) - same)
-    result.duplicates = max(0, len(got) - len(expected))
+    got = [encode(entry.record) for entry in CacheLogReader(settings).read(timeout_s=60)]
     # the follower reconnects by itself; once at the end, its final checkpoint is the reference's
     store = SqlCheckpointStore(f"sqlite:///{db}")
     runner = LogRunner(settings, store, FoldConfig())
@@ -105,16 +135,28 @@ def _run(ctx: FaultContext, result: FaultResult, cluster: ThreeBrokers, settings
     until(caught_up, 180, every_s=1)
     terminate(follower, 120)
     reference = CacheState()
-    for record in expected:
+    for record in records:
         reference.apply(record)
     newest = store.latest(runner.identity)
-    if newest is None or newest.info.digest != reference.snapshot().digest():
-        result.digest_mismatches += 1
+    store.close()
+    seen = Observed(
+        given=[encode(r) for r in records],
+        sent=sent[0],
+        error=error[0] if error else None,
+        got=got,
+        follower=newest.info.digest if newest else None,
+        reference=reference.snapshot().digest(),
+    )
+    if not result.count(check(seen), runs=2):
         tail = (ctx.workdir / "follower.log").read_text().strip().splitlines()[-3:]
         result.notes.append(f"follower: {' | '.join(tail)}"[:300])
-    else:
-        result.passed += 1
-    store.close()
+    for name, broken in (
+        ("a record dropped", replace(seen, got=seen.got[:100] + seen.got[101:])),
+        ("a record duplicated", replace(seen, got=[*seen.got[:100], seen.got[100], *seen.got[100:]])),
+        ("the producer thread died", replace(seen, error="KafkaException: _MSG_TIMED_OUT")),
+        ("a wrong follower digest", replace(seen, follower="0" * 64)),
+    ):
+        result.control(name, check(broken))
     result.notes.append(
-        f"{len(got)} of {len(expected)} records in the log; follower at {newest.info.version if newest else 0}"
+        f"{len(got)} of {len(records)} records in the log; follower at {newest.info.version if newest else 0}"
     )

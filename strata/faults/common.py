@@ -110,6 +110,45 @@ def strata(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.
     return subprocess.run([STRATA, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def api_writes(settings: Settings, namespace: str) -> dict[tuple[str, str], tuple[int, ...]]:
+    """Per (write, pod name) in ``namespace``: the HTTP status of each of the binder's and the
+    evictor's writes that reached the local API server (``binding`` and ``eviction`` creates, pod
+    ``delete``s), in order, as its audit log recorded them. A command carried out again after it
+    was done shows here as a second call after a success, 409 or not."""
+    from strata.devstack import Stack
+
+    calls: dict[tuple[str, str], list[int]] = {}
+    for event in Stack(Path(settings.data_dir)).apiserver.audit_events():
+        ref = event.get("objectRef") or {}
+        if ref.get("namespace") != namespace or ref.get("resource") not in ("pods", "bindings"):
+            continue
+        what = ref.get("subresource") or ("binding" if ref.get("resource") == "bindings" else event.get("verb", ""))
+        code = int((event.get("responseStatus") or {}).get("code") or 0)
+        calls.setdefault((what, ref.get("name", "")), []).append(code)
+    return {key: tuple(codes) for key, codes in calls.items()}
+
+
+def pod_body(ns: str, name: str, group: str, scheduler: str = "volcano", cpu: str = "100m") -> dict[str, Any]:
+    """A pod of a PodGroup, for the named scheduler: a task of the snapshot once its group exists."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "annotations": {"scheduling.k8s.io/group-name": group}},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
+        },
+    }
+
+
+def create_node(api: Any, name: str, cpu: str = "64", memory: str = "256Gi", pods: str = "500") -> None:
+    """A Ready node with this allocatable (no kubelet runs: the status is written by hand)."""
+    node = api.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    res = {"cpu": cpu, "memory": memory, "pods": pods}
+    node["status"] = {"capacity": res, "allocatable": res, "conditions": [{"type": "Ready", "status": "True"}]}
+    api.request("PUT", f"/api/v1/nodes/{name}/status", node)
+
+
 def fold_digests(trace: Path, versions: set[int]) -> dict[int, str]:
     """The digest of an uninterrupted fold of the trace at each of these versions (one pass)."""
     from ingest.trace import split_lines

@@ -17,7 +17,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from strata.faults import FaultContext, FaultResult
+from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA
 from strata.topics import drop_topics
 
@@ -93,15 +93,11 @@ def run(ctx: FaultContext) -> FaultResult:
             check("project --stop-at-end through SASL_SSL", out.returncode == 0, out.stderr)
             snapshot = strata("snapshot", "--digest", env=env)
             replay = strata("replay", str(TRACE), "--digest", env=common)
-            same = snapshot.returncode == 0 and replay.returncode == 0 and snapshot.stdout == replay.stdout
-            if snapshot.returncode == 0 and replay.returncode == 0 and not same:
-                result.digest_mismatches += 1
-            check(
-                "snapshot --digest equals replay --digest",
-                same,
-                f"snapshot {snapshot.stdout.strip() or snapshot.stderr}; "
-                f"replay {replay.stdout.strip() or replay.stderr}",
-            )
+            verdict = _same_digest(snapshot, replay)
+            result.digest_mismatches += verdict.mismatches
+            check("snapshot --digest equals replay --digest", verdict.clean, "; ".join(verdict.problems))
+            wrong_digest = subprocess.CompletedProcess(snapshot.args, 0, "0" * 64 + "\n", "")
+            result.control("a snapshot digest unlike replay's", _same_digest(wrong_digest, replay))
 
         # the two refusals side by side: `log summary` asks the broker (`topics list` does not) and
         # gives up after about 10 s
@@ -126,8 +122,11 @@ def run(ctx: FaultContext) -> FaultResult:
         # through the SASL_SSL listener too
         drop_topics(ctx.settings.with_(topic_prefix=prefix), {**broker.secure_client_config(), "log_level": 0})
 
-    leaked = [i for i, text in enumerate(strata.outputs) if password in text]
-    check("no process output holds the password", not leaked, f"{len(leaked)} outputs do")
+    leaked = _leaks(strata.outputs, password)
+    check("no process output holds the password", leaked.clean, "; ".join(leaked.problems))
+    result.control("an output holding the password", _leaks([f"connecting with {password}"], password))
+    traceback = subprocess.CompletedProcess([STRATA], 1, "", "Traceback (most recent call last):\nKafkaException: x\n")
+    result.control("a failure with a traceback", Verdict() if _one_line_failure(traceback) else Verdict(problems=["!"]))
     broker_log = broker.log_path.read_bytes() if broker.log_path.exists() else b""
     secrets_ = (password, broker.keystore_password_path.read_text().strip())
     check("the broker's log holds no password", not any(s.encode() in broker_log for s in secrets_))
@@ -142,3 +141,16 @@ def _one_line_failure(out: subprocess.CompletedProcess) -> bool:
         and lines[0].startswith("strata: error: ")
         and "Traceback" not in out.stderr
     )
+
+
+def _same_digest(snapshot: subprocess.CompletedProcess, replay: subprocess.CompletedProcess) -> Verdict:
+    if snapshot.returncode != 0 or replay.returncode != 0:
+        return Verdict(problems=[f"snapshot: {snapshot.stderr.strip()[-200:]}; replay: {replay.stderr.strip()[-200:]}"])
+    if snapshot.stdout != replay.stdout:
+        return Verdict(mismatches=1, problems=[f"snapshot {snapshot.stdout.strip()}; replay {replay.stdout.strip()}"])
+    return Verdict()
+
+
+def _leaks(outputs: list[str], secret: str) -> Verdict:
+    leaked = sum(1 for text in outputs if secret in text)
+    return Verdict(problems=[f"{leaked} output(s) hold it"] if leaked else [])

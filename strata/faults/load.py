@@ -4,6 +4,12 @@ A publisher appends records at a fixed rate (a synthetic history, replayed round
 state stays bounded) while three `strata project` processes follow. Reported: their lag (records
 behind the log's end, from their own reports) as percentiles, and their RSS early and at the end:
 memory must not grow beyond the state itself. Full run: 5,000 records/s for 10 minutes.
+
+What must hold: the log's end equals the records published (fewer: lost; more: duplicates), each
+follower stops cleanly at exactly the log's end (short of it: records lost; past it: an over-count,
+which is a duplicate applied), and no follower's RSS grows past the bound. Negative controls: the
+same check with a follower one short, one past the end, the log one record longer than what was
+published, and a grown RSS must report each.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ingest.trace import read_trace
-from strata.cachelog import CacheLogWriter
-from strata.faults import FaultContext, FaultResult
+from strata.cachelog import CacheLogReader, CacheLogWriter
+from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA, env_for, fresh_log
 from strata.gen import generate
 
@@ -67,13 +74,24 @@ def run(ctx: FaultContext) -> FaultResult:
         for t in readers:
             t.join(10)
         end = published[0]
-        result.records_lost = sum(max(0, end - (f[-1] if f else 0)) for f in final)
         took = time.monotonic() - started
         all_lags = sorted(lag for follower in lags for lag in follower)
-        result.runs = 3
-        result.passed = sum(
-            1 for i, p in enumerate(followers) if p.returncode == 0 and late[i] <= early[i] * GROWTH_LIMIT
+        seen = Observed(
+            published=end,
+            log_end=CacheLogReader(settings).end_offset(),
+            finals=[f[-1] if f else None for f in final],
+            returncodes=[p.returncode for p in followers],
+            early=early,
+            late=late,
         )
+        result.count(check(seen), runs=len(followers))
+        for name, broken in (
+            ("a follower one record short", replace(seen, finals=[seen.log_end - 1, *seen.finals[1:]])),
+            ("a follower past the log's end", replace(seen, finals=[seen.log_end + 1, *seen.finals[1:]])),
+            ("a record published twice", replace(seen, log_end=seen.published + 1)),
+            ("a follower's memory grown", replace(seen, late=[seen.early[0] * 2, *seen.late[1:]])),
+        ):
+            result.control(name, check(broken))
         result.notes.append(
             f"{end} records at {end / took:,.0f}/s for {took:.0f} s; lag in records (in ms at this rate) "
             f"p50 {_pct(all_lags, 50)} ({_pct(all_lags, 50) * 1000 // rate}), p99 {_pct(all_lags, 99)} "
@@ -81,6 +99,36 @@ def run(ctx: FaultContext) -> FaultResult:
             f"RSS MB early {[round(x) for x in early]} end {[round(x) for x in late]}"
         )
     return result
+
+
+@dataclass(frozen=True)
+class Observed:
+    published: int  # records handed to the producer (all flushed)
+    log_end: int  # the cache log's end offset afterwards
+    finals: list[int | None]  # each follower's last "stopped at version N"
+    returncodes: list[int | None]
+    early: list[float]  # RSS (MB) once the state had its size
+    late: list[float]  # RSS (MB) at the end
+
+
+def check(seen: Observed) -> Verdict:
+    verdict = Verdict()
+    if seen.log_end != seen.published:
+        verdict.lost += max(0, seen.published - seen.log_end)
+        verdict.duplicates += max(0, seen.log_end - seen.published)
+        verdict.problem(f"{seen.published} records published, the log ends at {seen.log_end}")
+    for i, (final, code) in enumerate(zip(seen.finals, seen.returncodes, strict=True)):
+        if code != 0 or final is None:
+            verdict.problem(f"follower {i} ended with {code}, stopped at {final}")
+        elif final < seen.log_end:
+            verdict.lost += seen.log_end - final
+            verdict.problem(f"follower {i} stopped at {final}, the log ends at {seen.log_end}")
+        elif final > seen.log_end:
+            verdict.duplicates += final - seen.log_end
+            verdict.problem(f"follower {i} counted {final} records, the log has {seen.log_end}")
+        if seen.late[i] > seen.early[i] * GROWTH_LIMIT:
+            verdict.problem(f"follower {i}: RSS {seen.early[i]:.0f} MB -> {seen.late[i]:.0f} MB")
+    return verdict
 
 
 def _publish(writer: CacheLogWriter, records: list, rate: int, stop: threading.Event, published: list[int]) -> None:

@@ -12,16 +12,22 @@ records are folded. What must hold (docs/log.md, "Bad input"):
   with the headers that name its origin offset and its bytes unchanged;
 * the reader yields every offset once (no gap), a ``BadRecord`` at each poison's offset and
   each good record unchanged at its own (a good record missing or changed is a record lost);
-* the fold equals the fold of the good records with a bad record in each poison's place
-  (``CacheState.apply_bad``): one digest mismatch otherwise.
+* the projector's fold (`strata snapshot --digest`, a process of its own reading the log) equals
+  the fold of what was written, the good records with a bad record in each poison's place
+  (``CacheState.apply_bad``), computed without reading the log: one digest mismatch otherwise.
+
+Negative controls: the same check with a good record lost, a poison not quarantined, a poison not
+counted, and a reference fold that misses one bad record must report each.
 """
 
 from __future__ import annotations
 
 import random
+import subprocess
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -32,8 +38,8 @@ from schemas import BindCommand, Digest, default_catalog, encode
 from schemas.codec import MARKER
 from strata.cachelog import CacheLogReader, CacheLogWriter, Publisher, check_contiguous, classify
 from strata.config import Settings
-from strata.faults import FaultContext, FaultResult
-from strata.faults.common import fresh_log
+from strata.faults import FaultContext, FaultResult, Verdict
+from strata.faults.common import STRATA, env_for, fresh_log
 from strata.topics import TopicNames
 
 NAME = "poison"
@@ -43,12 +49,11 @@ KINDS = ("truncated", "no-marker", "unknown-fingerprint", "bad-body", "trailing-
 
 
 def run(ctx: FaultContext) -> FaultResult:
-    result = FaultResult(NAME, runs=1)
+    result = FaultResult(NAME)
     poison_count = 1_000 if ctx.quick else 10_000
     seed = uuid.uuid4().int & 0xFFFFFFFF
     with fresh_log(ctx.settings, NAME) as settings:
-        ok = _one_run(settings, poison_count, random.Random(seed), result, ctx)
-    result.passed = 1 if ok else 0
+        _one_run(settings, poison_count, random.Random(seed), result, ctx)
     result.notes.insert(0, f"seed {seed}")
     return result
 
@@ -91,7 +96,7 @@ def make_poison(rng: random.Random, good: list[bytes], n: int) -> list[tuple[str
     return out
 
 
-def _one_run(settings: Settings, poison_count: int, rng: random.Random, result: FaultResult, ctx: FaultContext) -> bool:
+def _one_run(settings: Settings, poison_count: int, rng: random.Random, result: FaultResult, ctx: FaultContext) -> None:
     good = [line.record for line in read_trace(TRACE)]
     poison = make_poison(rng, [encode(r) for r in good], poison_count)
     # positions: poison i goes before good record slots[i] (len(good): after the last)
@@ -117,50 +122,110 @@ def _one_run(settings: Settings, poison_count: int, rng: random.Random, result: 
 
     quarantine = Publisher(settings)
     reader = CacheLogReader(settings, quarantine=quarantine)
-    folded, reference = CacheState(), CacheState()
     lost = 0
     read = 0
     poison_offsets: set[int] = set()
     for entry in reader.read():
-        check_contiguous(reader.topic, entry.offset, folded.version)
+        check_contiguous(reader.topic, entry.offset, read)
         read += 1
-        folded.apply(entry.record)
         if entry.offset >= len(sequence):
             continue
         what, item = sequence[entry.offset]
         if what == "poison":
             poison_offsets.add(entry.offset)
-            reference.apply_bad("poison")
             if type(entry.record).__name__ != "BadRecord" or entry.record.raw != item:  # type: ignore[union-attr]
                 result.notes.append(f"offset {entry.offset}: poison read back as {type(entry.record).__name__}")
-        else:
-            reference.apply(item)  # type: ignore[arg-type]
-            if entry.record != item:
-                lost += 1
+        elif entry.record != item:
+            lost += 1
     lost += sum(1 for what, _ in sequence[read:] if what == "good")
-    result.records_lost = lost
 
-    bad = sum(reader.stats.bad.values())
     quarantined = _quarantined(settings, poison_offsets, {i: v for i, (w, v) in enumerate(sequence) if w == "poison"})
-    same = folded.snapshot().digest() == reference.snapshot().digest() and folded.version == len(sequence)
-    result.digest_mismatches = 0 if same else 1
+    seen = Observed(
+        offsets=len(sequence),
+        poison=len(poison),
+        read=read,
+        reader_records=reader.stats.records,
+        counted=sum(reader.stats.bad.values()),
+        read_as_bad=len(poison_offsets),
+        quarantined=quarantined,
+        misread=tuple(n for n in result.notes if n.startswith("offset ")),
+        lost=lost,
+        projector=_snapshot_digest(settings),
+        reference=_written_fold(sequence).snapshot().digest(),
+    )
+    verdict = check(seen)
     reasons = ", ".join(f"{r} {n}" for r, n in sorted(reader.stats.bad.items()))
     result.notes.append(
-        f"{len(poison)} poison: {bad} counted ({reasons}), {quarantined} quarantined; "
+        f"{len(poison)} poison: {seen.counted} counted ({reasons}), {quarantined} quarantined; "
         f"{read} of {len(sequence)} offsets read"
     )
+    ctx.log(f"poison: {result.notes[-1]}")
+    result.count(verdict)
+    missing_one = _written_fold(sequence, skip_poison=1).snapshot().digest()
+    for name, broken in (
+        ("a good record lost", replace(seen, lost=1)),
+        ("a poison not quarantined", replace(seen, quarantined=seen.quarantined - 1)),
+        ("a poison not counted", replace(seen, counted=seen.counted - 1)),
+        ("a bad record missing from the fold", replace(seen, reference=missing_one)),
+    ):
+        result.control(name, check(broken))
+
+
+@dataclass(frozen=True)
+class Observed:
+    offsets: int  # messages written (good and poison)
+    poison: int
+    read: int  # offsets the reader yielded
+    reader_records: int
+    counted: int  # bad messages the reader counted
+    read_as_bad: int  # poison offsets read back as a BadRecord
+    quarantined: int  # poison copies in the quarantine topic, with their origin and bytes
+    misread: tuple[str, ...]  # poison read back as something else
+    lost: int  # good records missing or changed
+    projector: str  # `strata snapshot --digest` of the log
+    reference: str  # the fold of what was written, poison as bad records
+
+
+def check(seen: Observed) -> Verdict:
+    verdict = Verdict(lost=seen.lost)
     checks = {
-        "every offset read": read == len(sequence) == reader.stats.records,
-        "every poison counted": bad == len(poison),
-        "every poison read as bad": len(poison_offsets) == len(poison),
-        "every poison quarantined": quarantined == len(poison),
-        "no poison read back otherwise": not any(n.startswith("offset ") for n in result.notes),
+        "every offset read": seen.read == seen.offsets == seen.reader_records,
+        "every poison counted": seen.counted == seen.poison,
+        "every poison read as bad": seen.read_as_bad == seen.poison,
+        "every poison quarantined": seen.quarantined == seen.poison,
+        "no poison read back otherwise": not seen.misread,
     }
     failed = [name for name, held in checks.items() if not held]
     if failed:
-        result.notes.append("failed: " + ", ".join(failed))
-    ctx.log(f"poison: {result.notes[-1]}")
-    return not failed and not lost and same
+        verdict.problem("failed: " + ", ".join(failed))
+    if seen.projector != seen.reference:
+        verdict.mismatches += 1
+        verdict.problem(f"the projector's digest {seen.projector[:12]} is not the written fold's {seen.reference[:12]}")
+    return verdict
+
+
+def _written_fold(sequence: list[tuple[str, object]], skip_poison: int = 0) -> CacheState:
+    """The fold of what was written, without reading the log (``skip_poison`` bad records left out)."""
+    state = CacheState()
+    for what, item in sequence:
+        if what == "good":
+            state.apply(item)  # type: ignore[arg-type]
+        elif skip_poison:
+            skip_poison -= 1
+        else:
+            state.apply_bad("poison")
+    return state
+
+
+def _snapshot_digest(settings: Settings) -> str:
+    out = subprocess.run(
+        [STRATA, "snapshot", "--digest"],
+        env=env_for(settings, STRATA_DB_URL=f"sqlite:///{settings.data_dir}/poison-{uuid.uuid4().hex[:8]}.db"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return out.stdout.strip() if out.returncode == 0 else f"(failed: {out.stderr.strip()[-200:]})"
 
 
 def _quarantined(settings: Settings, offsets: set[int], raw: dict[int, bytes], timeout_s: float = 30.0) -> int:

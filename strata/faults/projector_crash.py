@@ -1,62 +1,123 @@
 """Projector crash: SIGKILL `strata project` at random points of a long history, restart it each time.
 
-What must hold: every checkpoint it ever wrote, and the final state, have the digest of an
-uninterrupted fold at the same version; the final version is the log's end (nothing lost, nothing
-applied twice). The kill points come from a seeded generator: a failing run can be repeated.
+Each run is killed either as it starts restoring its checkpoint or after a random time of
+folding (checkpoints every 2,000 records, so some kills land in checkpoint writes); where the
+kill landed is read from the projector's own log (``STRATA_LOG_LEVEL=INFO``: restoring, restored,
+writing a checkpoint, written, idle). What must hold:
+
+* every checkpoint ever written, and the final state, have the digest of an uninterrupted fold at
+  the same version, and the final version is the log's end (nothing lost, nothing applied twice);
+* a run restores a checkpoint that is in the store; every checkpoint a run logged as written is
+  in the store after the kill; a run killed while folding made progress (its newest checkpoint is
+  newer than the one before it); no kill found the projector finished (the history is sized so).
+
+Negative controls: the same check on a checkpoint with a wrong digest, with the final checkpoint
+lost, with a checkpoint logged as written but missing, with a kill that made no progress, and with
+a kill after the end must report each. The kill points come from a seeded generator.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
+import threading
 import time
+from collections import Counter
+from dataclasses import dataclass, replace
 
 from ingest.from_trace import publish_trace
 from projector.runner import LogRunner
 from projector.sqlstore import SqlCheckpointStore
 from projector.state import FoldConfig
-from strata.faults import FaultContext, FaultResult
+from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA, env_for, fold_digests, fresh_log
 from strata.gen import generate
 
-CHECKPOINT_EVERY = 2000  # records: checkpoints come every ~0.1 s, so kills land in writes too
+CHECKPOINT_EVERY = 2000  # records: checkpoints come every ~0.2 s, so kills land in writes too
+_RESTORED = re.compile(r"restored version (\d+)")
+_WRITING = re.compile(r"writing a checkpoint at version (\d+)")
+_WRITTEN = re.compile(r"checkpoint at version (\d+) written")
+_IDLE = re.compile(r"idle at version (\d+)")
+
+
+@dataclass(frozen=True)
+class Kill:
+    run: int
+    phase: str  # starting | restoring | folding | checkpointing | finished
+    restored: int | None  # the version it restored, once it said so
+    written: tuple[int, ...]  # checkpoints it logged as written
+    before: int  # the newest checkpoint in the store before the run
+    after: int  # ... and after the kill
+
+
+def phase_of(lines: list[str], end: int) -> str:
+    """Where a run was when it was killed, from its log lines."""
+    phase = "starting"
+    for line in lines:
+        if "restoring the newest checkpoint" in line:
+            phase = "restoring"
+        elif _RESTORED.search(line) or _WRITTEN.search(line):
+            phase = "folding"
+        elif _WRITING.search(line):
+            phase = "checkpointing"
+        elif m := _IDLE.search(line):
+            phase = "finished" if int(m.group(1)) >= end else "folding"
+    return phase
+
+
+def check(kills: list[Kill], checkpoints: dict[int, str], reference: dict[int, str], end: int) -> Verdict:
+    """``checkpoints``: version -> digest of every checkpoint in the store at the end."""
+    verdict = Verdict(mismatches=sum(1 for v, d in checkpoints.items() if reference.get(v) != d))
+    if verdict.mismatches:
+        verdict.problem(f"{verdict.mismatches} checkpoint(s) differ from an uninterrupted fold")
+    newest = max(checkpoints, default=0)
+    if newest != end:
+        verdict.lost += end - newest
+        verdict.problem(f"the final state is at version {newest}, the log ends at {end}")
+    for k in kills:
+        if k.restored is not None and k.restored != 0 and k.restored not in checkpoints:
+            verdict.problem(f"run {k.run}: restored version {k.restored}, which is in no checkpoint")
+        missing = [v for v in k.written if v not in checkpoints]
+        if missing:
+            verdict.lost += len(missing)
+            verdict.problem(f"run {k.run}: checkpoints logged as written are missing: {missing}")
+        if k.phase == "finished":
+            verdict.problem(f"run {k.run}: the projector had reached the end before the kill")
+        elif k.phase in ("folding", "checkpointing") and k.after <= k.before:
+            verdict.problem(f"run {k.run}: killed while {k.phase}, no progress ({k.before} -> {k.after})")
+    return verdict
 
 
 def run(ctx: FaultContext) -> FaultResult:
     result = FaultResult("projector-crash")
     runs = 3 if ctx.quick else 20
     trace = ctx.workdir / "history.jsonl"
-    with trace.open("wb") as out:  # long enough that every run is killed before the end
-        generate(out, nodes=100 if ctx.quick else 800, pods=3000 if ctx.quick else 30000, seed=7)
+    with trace.open("wb") as out:  # long enough that no run reaches the end (~11.5 records a pod)
+        generate(out, nodes=100 if ctx.quick else 800, pods=7000 if ctx.quick else 40000, seed=7)
     rng = random.Random(20261129)
     with fresh_log(ctx.settings, "projector") as settings:
-        report = publish_trace(settings, trace)
-        end = report.records
+        end = publish_trace(settings, trace).records
         db = ctx.workdir / "checkpoints.db"
-        env = env_for(settings, STRATA_DB_URL=f"sqlite:///{db}")
+        env = env_for(settings, STRATA_DB_URL=f"sqlite:///{db}", STRATA_LOG_LEVEL="INFO")
         store = SqlCheckpointStore(f"sqlite:///{db}")
         identity = LogRunner(settings, store, FoldConfig()).identity
+
+        def newest() -> int:
+            return max((c.version for c in store.list(identity)), default=0)
+
         ctx.log(f"  {end} records; {runs} kills")
+        kills = []
         for i in range(runs):
-            before = max((c.version for c in store.list(identity)), default=0)
-            proc = subprocess.Popen(
-                [STRATA, "project", "--checkpoint-every", str(CHECKPOINT_EVERY)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(rng.uniform(0.8, 2.5))  # start-up takes ~0.7 s; then it folds
-            finished = proc.poll() is not None
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            after = max((c.version for c in store.list(identity)), default=0)
-            result.runs += 1
-            if not finished and after >= before:
-                result.passed += 1
-            else:
-                result.notes.append(f"run {i}: {'finished before the kill' if finished else 'went backwards'}")
-            ctx.log(f"  kill {i + 1}: newest checkpoint {before} -> {after}")
+            before = newest()
+            # every fourth run as it starts to restore; the others after a while of folding
+            when = "restoring" if i % 4 == 1 else "restored"
+            lines = _killed(env, when, rng.uniform(0.0, 0.05) if when == "restoring" else rng.uniform(0.6, 2.0))
+            restored = next((int(m.group(1)) for line in lines if (m := _RESTORED.search(line))), None)
+            written = tuple(int(m.group(1)) for line in lines if (m := _WRITTEN.search(line)))
+            kills.append(Kill(i, phase_of(lines, end), restored, written, before, newest()))
+            ctx.log(f"  kill {i + 1} while {kills[-1].phase}: newest checkpoint {before} -> {kills[-1].after}")
         final = subprocess.run(
             [STRATA, "project", "--stop-at-end", "--checkpoint-every", str(CHECKPOINT_EVERY)],
             env=env,
@@ -66,14 +127,62 @@ def run(ctx: FaultContext) -> FaultResult:
         )
         if final.returncode != 0:
             result.notes.append(f"final run failed: {final.stderr.strip()[-200:]}")
-        checkpoints = store.list(identity)
-        reference = fold_digests(trace, {c.version for c in checkpoints} | {end})
-        result.digest_mismatches = sum(1 for c in checkpoints if reference.get(c.version) != c.digest)
-        newest = checkpoints[-1] if checkpoints else None
-        if newest is None or newest.version != end:
-            result.records_lost = end - (newest.version if newest else 0)
-        elif newest.digest != reference[end]:
-            result.digest_mismatches += 1
-        result.notes.append(f"{len(checkpoints)} checkpoints checked, {end} records")
+        checkpoints = {c.version: c.digest for c in store.list(identity)}
+        reference = fold_digests(trace, set(checkpoints) | {end})
+        result.count(check(kills, checkpoints, reference, end), runs=runs)
+        _controls(result, kills, checkpoints, reference, end)
+        phases = Counter(k.phase for k in kills)
+        result.notes.append(
+            f"{len(checkpoints)} checkpoints checked, {end} records; kills while "
+            + ", ".join(f"{p} {n}" for p, n in sorted(phases.items()))
+        )
         store.close()
     return result
+
+
+def _killed(env: dict[str, str], when: str, delay_s: float, timeout_s: float = 60.0) -> list[str]:
+    """Start `strata project`, SIGKILL it ``delay_s`` after its log first says ``when``; its log lines."""
+    proc = subprocess.Popen(
+        [STRATA, "project", "--checkpoint-every", str(CHECKPOINT_EVERY)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    said = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if when in line:
+                said.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    said.wait(timeout_s)
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    reader.join(10)
+    return lines
+
+
+def _controls(
+    result: FaultResult, kills: list[Kill], checkpoints: dict[int, str], reference: dict[int, str], end: int
+) -> None:
+    first = min(checkpoints)
+    wrong = {**checkpoints, first: "0" * 64}
+    without_final = {v: d for v, d in checkpoints.items() if v != end}
+    lost_written = [*kills, Kill(len(kills), "folding", 0, (end + 1,), 0, 1)]
+    stuck = [replace(kills[-1], phase="folding", after=kills[-1].before)]
+    finished = [replace(kills[-1], phase="finished")]
+    for name, args in (
+        ("a checkpoint with a wrong digest", (kills, wrong, reference, end)),
+        ("the final checkpoint lost", (kills, without_final, reference, end)),
+        ("a checkpoint logged as written, missing", (lost_written, checkpoints, reference, end)),
+        ("a kill while folding without progress", (stuck, checkpoints, reference, end)),
+        ("a kill after the projector finished", (finished, checkpoints, reference, end)),
+    ):
+        result.control(name, check(*args))

@@ -30,7 +30,7 @@ from ingest.kube import ApiError, KubeApi
 from schemas import Bind, BindSucceeded, Evict, EvictSucceeded, Synced
 from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.errors import StrataError
-from strata.faults import FaultContext, FaultResult
+from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA, LogView, env_for, terminate, until
 from strata.topics import drop_topics, ensure_topics
 
@@ -97,9 +97,8 @@ class _Scenario:
         return ok
 
     def refused(self, who: str, what: str, method: str, path: str, body: Any = None) -> None:
-        api = KubeApi(str(self.kubeconfigs[who]))
-        answer = api.call(method, path, body, timeout=10.0)
-        self.expect(answer.status == 403, f"{who}: {what} was not refused (HTTP {answer.status})")
+        verdict = _refusal(KubeApi(str(self.kubeconfigs[who])), method, path, body)
+        self.expect(verdict.clean, f"{who}: {what} {'; '.join(verdict.problems)}")
 
     def allowed(self, who: str, what: str, action: Callable[[], Any]) -> None:
         try:
@@ -222,8 +221,10 @@ class _Scenario:
         for path in self.kubeconfigs.values():
             tokens.append(yaml.safe_load(path.read_text())["users"][0]["user"]["token"])
         for name, out in self.outputs.items():
-            text = out.read_bytes()
-            self.expect(not any(t.encode() in text for t in tokens), f"{name}: its output holds a token")
+            self.expect(_holds_none(out.read_bytes(), tokens).clean, f"{name}: its output holds a token")
+        # negative controls: the same checks on outcomes known to be wrong
+        self.result.control("a token in an output", _holds_none(f"token: {tokens[0]}".encode(), tokens))
+        self.result.control("an allowed request taken for refused", _refusal(self.admin, "GET", "/api/v1/nodes"))
 
     # ------------------------------------------------------------------------------ phases
     def ingest(self) -> None:
@@ -376,3 +377,13 @@ class _Scenario:
             path.unlink(missing_ok=True)  # the tokens expire in an hour; nothing keeps them longer
         if self.topics:
             drop_topics(self.settings)
+
+
+def _refusal(api: KubeApi, method: str, path: str, body: Any = None) -> Verdict:
+    """Clean when the API server refused the request (403)."""
+    answer = api.call(method, path, body, timeout=10.0)
+    return Verdict() if answer.status == 403 else Verdict(problems=[f"was not refused (HTTP {answer.status})"])
+
+
+def _holds_none(text: bytes, secrets: list[str]) -> Verdict:
+    return Verdict(problems=["holds a token"]) if any(t.encode() in text for t in secrets) else Verdict()
