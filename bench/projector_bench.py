@@ -1,4 +1,4 @@
-"""Benchmark: replay throughput (file and broker), snapshot() cost, peak RSS of the projector.
+"""Benchmark: replay throughput (file and broker), what a snapshot costs, peak RSS of the projector.
 
     .venv/bin/python bench/projector_bench.py [--trace PATH] [--nodes 5000] [--pods 150000] [--no-broker]
 
@@ -6,6 +6,20 @@ Without --trace it generates a synthetic history with `strata gen`'s generator f
 a file runs in a child process so that its peak RSS is its own. The broker part publishes the
 trace into a fresh cache log of the running local broker (`strata dev up`) and folds it back
 from offset 0. Prints one JSON object.
+
+The snapshot cost: ``state.snapshot()`` itself only freezes 64-shard copy-on-write maps
+(``snapshot_freeze_*``, O(1)); the fold pays later, when its next write to each shared shard
+copies that shard. So on the state folded from the whole trace, the benchmark times a snapshot
+plus the next 1,000 records (the snapshot released at the end, as a projector releases the
+previous one) against the same 1,000 records without a snapshot, 50 times each, interleaved
+so that machine noise hits both: ``snapshot_plus_1000_*`` and ``plain_1000_*`` (median, max),
+and ``snapshot_overhead_*``, the paired difference: what one snapshot really costs, beside
+``deepcopy_ms``, what a full copy of the state would. The 1,000 records are trace lines of the
+trace's own kind of traffic, folded with ``fold_line``: the lifecycle of 200 Running pods spread
+over the state (DELETED, ADDED as Pending, BIND, BIND_SUCCEEDED, MODIFIED as Running), which
+leaves each task as it found it, so the same lines apply again on every pass; the benchmark
+checks that they all apply, that each pass advances the version by 1,000 and says how many of
+the 64 task and node-usage shards a pass copies after a snapshot (``snapshot_*_shards_copied``).
 """
 
 from __future__ import annotations
@@ -14,13 +28,19 @@ import argparse
 import copy
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
+from typing import Any
+
+from projector.replay import fold_line, replay_file
+from projector.state import CacheState
 
 CHILD = r"""
 import json, resource, sys, time
@@ -51,26 +71,134 @@ print(json.dumps({"records": report.records, "json_loads_s": json_s, "replay_s":
 """
 
 
-def _snapshot_cost(trace: Path) -> dict[str, float]:
-    from projector.replay import replay_file
+SNAPSHOT_REPEATS = 50  # measurements of each kind, interleaved
+CYCLE_PODS = 200  # five records each: 1,000 records per measurement
 
+
+def _cycle_lines(trace: Path, state: CacheState) -> list[bytes]:
+    """1,000 trace lines of the trace's own kind of traffic that the full-size state applies, and
+    applies again and again: for 200 Running tasks spread over the state, each pod's lifecycle
+    as the trace writes it (DELETED, ADDED as Pending, BIND to its node, BIND_SUCCEEDED,
+    MODIFIED as Running there). A pass leaves every task as it found it, and every record but
+    BIND_SUCCEEDED writes the task's shard; DELETED and BIND also write the node's usage shard."""
+    eligible = sorted(uid for uid, t in state.tasks.items() if t.status == "Running" and t.node and t.job)
+    if len(eligible) < CYCLE_PODS:
+        raise SystemExit(f"the trace leaves {len(eligible)} Running tasks; the snapshot cost needs {CYCLE_PODS}")
+    step = len(eligible) / CYCLE_PODS
+    chosen = {eligible[int(i * step)] for i in range(CYCLE_PODS)}
+    last: dict[str, bytes] = {}  # the raw line of each chosen pod's last watch event
+    uid_of = re.compile(rb'"kind":"Pod","metadata":\{[^{}]*?"uid":"([^"]+)"')
+    with open(trace, "rb", buffering=1 << 20) as f:
+        for line in f:
+            if b'"kind":"Pod"' in line:
+                found = uid_of.search(line)
+                if found is not None and found.group(1).decode() in chosen:
+                    last[found.group(1).decode()] = line
+    if len(last) != len(chosen):
+        raise SystemExit(f"no watch event found for {len(chosen) - len(last)} of the chosen tasks' pods")
+    lines: list[bytes] = []
+    for uid in sorted(chosen):
+        event = json.loads(last[uid])
+        running = event["object"]
+        task = state.tasks[uid]
+        if event["type"] == "DELETED" or running["status"].get("phase") != "Running":
+            raise SystemExit(f"the last event of task {uid} does not show it Running")
+        pending = copy.deepcopy(running)
+        del pending["spec"]["nodeName"]
+        pending["status"] = {"phase": "Pending", "qosClass": running["status"].get("qosClass", "Burstable")}
+        lines += [
+            _dump({"type": "DELETED", "object": running}),
+            _dump({"type": "ADDED", "object": pending}),
+            _dump({"type": "BIND", "pod": uid, "node": task.node}),
+            _dump({"type": "BIND_SUCCEEDED", "pod": uid, "node": task.node}),
+            _dump({"type": "MODIFIED", "object": running}),
+        ]
+    return lines
+
+
+def _dump(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _apply(state: CacheState, lines: list[bytes]) -> None:
+    for line in lines:
+        fold_line(state, line)
+
+
+def _snapshot_cost(trace: Path) -> dict[str, Any]:
+    """What a snapshot costs the fold: the freeze is O(1), but the next write to each shard copies
+    it. So time "snapshot, then the next 1,000 records, then release the snapshot" against the
+    same 1,000 records without a snapshot, on the full-size state, interleaved."""
     state, _ = replay_file(trace)
-    costs = []
-    touched = list(state.tasks.keys())[:1000]
-    for i in range(200):
-        t0 = time.perf_counter()
-        state.snapshot()
-        costs.append(time.perf_counter() - t0)
-        # dirty a few shards between snapshots, as a running projector would
-        uid = touched[i % len(touched)]
-        state.tasks[uid] = state.tasks[uid]
+    lines = _cycle_lines(trace, state)
+    cycled = {json.loads(line)["pod"] for line in lines if line.startswith(b'{"type":"BIND",')}
+    before = {uid: state.tasks[uid] for uid in cycled}
+    used_before = {t.node: state.node_used.get(t.node) for t in before.values()}
+
+    # one checked pass first (also the warm-up): every record applies and the pass changes nothing
+    version = state.version
+    outcomes = Counter(fold_line(state, line).result for line in lines)
+    expected = {"applied": 4 * CYCLE_PODS, "ignored": CYCLE_PODS}  # BIND_SUCCEEDED is informational
+    if dict(outcomes) != expected or state.version != version + len(lines):
+        raise SystemExit(f"the cycle of records does not apply cleanly: {dict(outcomes)}")
+    if any(state.tasks[uid] != task for uid, task in before.items()) or any(
+        state.node_used.get(node) != used for node, used in used_before.items()
+    ):
+        raise SystemExit("a pass of the cycle does not leave the state as it found it")
+    snap = state.snapshot()
+    _apply(state, lines)
+    dirtied = {
+        "snapshot_task_shards_copied": sum(state.tasks._owned),
+        "snapshot_node_used_shards_copied": sum(state.node_used._owned),
+    }
+    if not all(dirtied.values()):
+        raise SystemExit(f"the cycle of records writes no shard: {dirtied}")
+    del snap
+    _apply(state, lines)  # and one plain pass, so that both kinds start warm
+
+    with_snapshot, plain, freeze, overhead = [], [], [], []
+    for i in range(SNAPSHOT_REPEATS):
+        pair = {}
+        for kind in ("snapshot", "plain") if i % 2 == 0 else ("plain", "snapshot"):
+            version = state.version
+            if kind == "snapshot":
+                t0 = time.perf_counter()
+                snap = state.snapshot()
+                t1 = time.perf_counter()
+                _apply(state, lines)
+                del snap  # released, as a projector releases the previous one: the shards it alone held are freed
+                t2 = time.perf_counter()
+                freeze.append(t1 - t0)
+            else:
+                t0 = time.perf_counter()
+                _apply(state, lines)
+                t2 = time.perf_counter()
+            if state.version != version + len(lines):
+                raise SystemExit(f"a pass advanced the version by {state.version - version}, not {len(lines)}")
+            pair[kind] = t2 - t0
+        with_snapshot.append(pair["snapshot"])
+        plain.append(pair["plain"])
+        overhead.append(pair["snapshot"] - pair["plain"])
+
     t0 = time.perf_counter()
     copy.deepcopy(state)
     deep = time.perf_counter() - t0
+
+    def ms(value: float, digits: int = 2) -> float:
+        return round(value * 1000, digits)
+
     return {
-        "snapshot_median_ms": round(statistics.median(costs) * 1000, 4),
-        "snapshot_max_ms": round(max(costs) * 1000, 4),
-        "deepcopy_ms": round(deep * 1000, 1),
+        "snapshot_repetitions": SNAPSHOT_REPEATS,
+        "snapshot_plus_1000_median_ms": ms(statistics.median(with_snapshot)),
+        "snapshot_plus_1000_max_ms": ms(max(with_snapshot)),
+        "plain_1000_median_ms": ms(statistics.median(plain)),
+        "plain_1000_max_ms": ms(max(plain)),
+        "snapshot_overhead_median_ms": ms(statistics.median(overhead)),
+        "snapshot_overhead_max_ms": ms(max(overhead)),
+        "snapshot_freeze_median_ms": ms(statistics.median(freeze), 4),
+        "snapshot_freeze_max_ms": ms(max(freeze), 4),
+        **dirtied,
+        "deepcopy_ms": ms(deep, 1),
     }
 
 
