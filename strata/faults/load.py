@@ -25,7 +25,7 @@ from pathlib import Path
 from ingest.trace import read_trace
 from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.faults import FaultContext, FaultResult, Verdict
-from strata.faults.common import STRATA, env_for, fresh_log
+from strata.faults.common import STRATA, env_for, fresh_log, until
 from strata.gen import generate
 
 _REPORT = re.compile(r"^version (\d+) lag (\d+)")
@@ -51,9 +51,10 @@ def run(ctx: FaultContext) -> FaultResult:
             argv = [STRATA, "project", "--no-audit", "--checkpoint-every", "1000000", "--replica", f"load-{i}"]
             followers.append(subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True))
         lags: list[list[int]] = [[] for _ in followers]
+        versions: list[list[int]] = [[] for _ in followers]
         final: list[list[int]] = [[] for _ in followers]
         readers = [
-            threading.Thread(target=_read_reports, args=(p, lags[i], final[i]), daemon=True)
+            threading.Thread(target=_read_reports, args=(p, lags[i], versions[i], final[i]), daemon=True)
             for i, p in enumerate(followers)
         ]
         for t in readers:
@@ -66,7 +67,9 @@ def run(ctx: FaultContext) -> FaultResult:
         stop.set()
         publisher.join()
         late = [_rss_mb(p.pid) for p in followers]
-        time.sleep(3)  # let them catch up for the last reports
+        log_end = CacheLogReader(settings).end_offset()
+        # stop them once each has reported the log's end (a busy machine can leave one behind for a while)
+        until(lambda: all(v and v[-1] == log_end for v in versions), 120, every_s=0.5)
         for p in followers:
             p.send_signal(signal.SIGTERM)
         for p in followers:
@@ -78,7 +81,7 @@ def run(ctx: FaultContext) -> FaultResult:
         all_lags = sorted(lag for follower in lags for lag in follower)
         seen = Observed(
             published=end,
-            log_end=CacheLogReader(settings).end_offset(),
+            log_end=log_end,
             finals=[f[-1] if f else None for f in final],
             returncodes=[p.returncode for p in followers],
             early=early,
@@ -146,10 +149,11 @@ def _publish(writer: CacheLogWriter, records: list, rate: int, stop: threading.E
     writer.flush()
 
 
-def _read_reports(proc: subprocess.Popen[str], lags: list[int], final: list[int]) -> None:
+def _read_reports(proc: subprocess.Popen[str], lags: list[int], versions: list[int], final: list[int]) -> None:
     assert proc.stderr is not None
     for line in proc.stderr:
         if m := _REPORT.match(line):
+            versions.append(int(m.group(1)))
             lags.append(int(m.group(2)))
         elif m := _STOPPED.match(line):
             final.append(int(m.group(1)))
