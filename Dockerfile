@@ -6,6 +6,7 @@ COPY schemas schemas
 COPY ingest ingest
 COPY projector projector
 COPY binder binder
+COPY scheduler scheduler
 COPY strata strata
 RUN pip install --no-cache-dir . && useradd --uid 10001 strata && mkdir /data && chown strata /data
 USER strata

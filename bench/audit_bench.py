@@ -22,16 +22,16 @@ import time
 import uuid
 from pathlib import Path
 
-from ingest.from_trace import publish_trace
-from projector.auditstore import AuditIndex
-from projector.kinds import GROUP_NAME
-from projector.runner import LogRunner
-from projector.sqlstore import SqlCheckpointStore
-from projector.state import FoldConfig
-from strata.config import Settings, settings_from
 from strata.faults.common import STRATA, env_for
 from strata.history import history
-from strata.topics import drop_topics, ensure_topics
+from strata.ingest.from_trace import publish_trace
+from strata.log.config import Settings, settings_from
+from strata.log.topics import drop_topics, ensure_topics
+from strata.projector.auditstore import AuditIndex
+from strata.projector.kinds import GROUP_NAME
+from strata.projector.runner import LogRunner
+from strata.projector.sqlstore import SqlCheckpointStore
+from strata.projector.state import FoldConfig
 
 
 def main() -> None:

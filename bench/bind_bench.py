@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ingest.kube import KubeApi, Resource
-from schemas import Bind, BindSucceeded
-from strata.cachelog import CacheLogReader, CacheLogWriter
-from strata.config import settings_from
 from strata.faults.common import STRATA, env_for, terminate, until
-from strata.topics import drop_topics, ensure_topics
+from strata.kubeapi import KubeApi, Resource
+from strata.log.cachelog import CacheLogReader, CacheLogWriter
+from strata.log.config import settings_from
+from strata.log.topics import drop_topics, ensure_topics
+from strata.schemas import Bind, BindSucceeded
 
 
 def _pod(ns: str, name: str) -> dict[str, Any]:

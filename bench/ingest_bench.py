@@ -32,13 +32,13 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ingest import watch
-from ingest.kube import ApiError, KubeApi
-from projector.state import CacheState
-from schemas import WatchEvent
-from strata.cachelog import CacheLogReader
-from strata.config import Settings, settings_from
-from strata.topics import drop_topics, ensure_topics
+from strata.ingest import watch
+from strata.kubeapi import ApiError, KubeApi
+from strata.log.cachelog import CacheLogReader
+from strata.log.config import Settings, settings_from
+from strata.log.topics import drop_topics, ensure_topics
+from strata.projector.state import CacheState
+from strata.schemas import WatchEvent
 
 LABEL = {"strata-bench": "true"}
 SELECTOR = "strata-bench=true"

@@ -17,11 +17,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from schemas import WatchEvent, encode, objectjson
-from strata.cachelog import CacheLogReader, CacheLogWriter
-from strata.config import settings_from
 from strata.devstack.kafka import KafkaBroker
-from strata.topics import ensure_topics
+from strata.log.cachelog import CacheLogReader, CacheLogWriter
+from strata.log.config import settings_from
+from strata.log.topics import ensure_topics
+from strata.schemas import WatchEvent, encode, objectjson
 
 
 def pod_event(i: int, size: int) -> WatchEvent:

@@ -39,13 +39,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from projector.replay import fold_line, replay_file
-from projector.state import CacheState
+from strata.projector.replay import fold_line, replay_file
+from strata.projector.state import CacheState
 
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
-from projector.replay import replay_file
+from strata.projector.replay import replay_file
 
 path = Path(sys.argv[1])
 t0 = time.process_time()
@@ -203,12 +203,12 @@ def _snapshot_cost(trace: Path) -> dict[str, Any]:
 
 
 def _broker(trace: Path) -> dict[str, float]:
-    from ingest.from_trace import publish_trace
-    from projector.runner import LogRunner
-    from projector.sqlstore import SqlCheckpointStore
-    from projector.state import FoldConfig
-    from strata.config import settings_from
-    from strata.topics import ensure_topics
+    from strata.ingest.from_trace import publish_trace
+    from strata.log.config import settings_from
+    from strata.log.topics import ensure_topics
+    from strata.projector.runner import LogRunner
+    from strata.projector.sqlstore import SqlCheckpointStore
+    from strata.projector.state import FoldConfig
 
     settings = settings_from(topic_prefix=f"bench-{uuid.uuid4().hex[:8]}.")
     ensure_topics(settings)

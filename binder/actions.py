@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 from urllib3.exceptions import HTTPError
 
-from ingest.kube import Answer, KubeApi
+from strata.kubeapi import Answer, KubeApi
 
 Kind = Literal["ok", "transient", "terminal"]
 

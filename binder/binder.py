@@ -1,6 +1,6 @@
 """The bind action: POST a Binding for one admitted BIND.
 
-Raw requests through ``ingest.kube.KubeApi``, not the generated ``create_namespaced_pod_binding``:
+Raw requests through ``strata.kubeapi.KubeApi``, not the generated ``create_namespaced_pod_binding``:
 the API server answers a binding with a ``Status`` object while the client declares ``V1Binding``
 and fails parsing it (``Invalid value for 'target'``) *after* the pod was bound (client issues
 #547, #825), which would turn every success into an error.
@@ -12,9 +12,9 @@ from typing import Any
 
 from urllib3.exceptions import HTTPError
 
-from binder.actions import Result, classify, current_pod, guarded, patch_condition, pod_path
-from ingest.kube import Answer, KubeApi
-from schemas import BindCommand
+from strata.binder.actions import Result, classify, current_pod, guarded, patch_condition, pod_path
+from strata.kubeapi import Answer, KubeApi
+from strata.schemas import BindCommand
 
 
 class BindAction:

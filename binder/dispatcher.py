@@ -24,12 +24,11 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from binder import metrics, txn
-from projector.state import CacheState, FoldConfig
-from schemas import BadRecord, Bind, BindCommand, CodecError, Evict, EvictCommand, LogRecord, decode, encode
-from strata.cachelog import check_contiguous
-from strata.config import Settings
-from strata.topics import MAX_MESSAGE_BYTES, TopicNames
+from strata.binder import metrics, txn
+from strata.log.config import Settings
+from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames
+from strata.projector.state import CacheState, FoldConfig
+from strata.schemas import BadRecord, Bind, BindCommand, CodecError, Evict, EvictCommand, LogRecord, decode, encode
 
 log = logging.getLogger("strata.binder.dispatcher")
 StateAt = Callable[[int], CacheState]
@@ -69,8 +68,8 @@ class Dispatcher:
         self._opened_at = 0.0
 
     def _state_at_from_checkpoints(self, offset: int) -> CacheState:
-        from projector.runner import LogRunner
-        from projector.sqlstore import SqlCheckpointStore
+        from strata.projector.runner import LogRunner
+        from strata.projector.sqlstore import SqlCheckpointStore
 
         runner = LogRunner(self.settings, SqlCheckpointStore(self.settings.checkpoint_url), self.fold)
         return runner.state_at(offset)
@@ -165,9 +164,8 @@ class Dispatcher:
         if offset < self.next_offset:
             return  # fetched before a rewind
         assert self.state is not None
-        check_contiguous(self.cache_log, offset, self.state.version)
         record = _decode(msg.value() or b"", offset)
-        outcome = self.state.apply(record)
+        outcome = self.state.apply_at(offset, record)
         self._begin()
         if outcome.result == "applied" and isinstance(record, (Bind, Evict)):
             self._dispatch(record, offset)

@@ -16,9 +16,9 @@ from typing import Literal
 
 from urllib3.exceptions import HTTPError
 
-from binder.actions import Result, classify, current_pod, guarded, patch_condition, pod_path
-from ingest.kube import KubeApi
-from schemas import EvictCommand
+from strata.binder.actions import Result, classify, current_pod, guarded, patch_condition, pod_path
+from strata.kubeapi import KubeApi
+from strata.schemas import EvictCommand
 
 Mode = Literal["eviction", "volcano"]
 MODES: tuple[Mode, ...] = ("eviction", "volcano")

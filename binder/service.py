@@ -14,16 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from binder.actions import Action
-from binder.binder import BindAction
-from binder.dispatcher import Dispatcher
-from binder.evictor import EvictAction, Mode
-from binder.worker import CommandWorker, WorkSpec, stages
-from ingest.kube import KubeApi
-from projector.state import FoldConfig
-from schemas import BindCommand, BindFailed, BindSucceeded, EvictCommand, EvictFailed, EvictSucceeded
-from strata.config import Settings
-from strata.topics import Work
+from strata.binder.actions import Action
+from strata.binder.binder import BindAction
+from strata.binder.dispatcher import Dispatcher
+from strata.binder.evictor import EvictAction, Mode
+from strata.binder.worker import CommandWorker, WorkSpec, stages
+from strata.kubeapi import KubeApi
+from strata.log.config import Settings
+from strata.log.topics import Work
+from strata.projector.state import FoldConfig
+from strata.schemas import BindCommand, BindFailed, BindSucceeded, EvictCommand, EvictFailed, EvictSucceeded
 
 BIND = WorkSpec(
     work="bind",

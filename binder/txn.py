@@ -16,8 +16,8 @@ from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from strata.cachelog import producer_config
-from strata.config import Settings
+from strata.log.cachelog import producer_config
+from strata.log.config import Settings
 
 log = logging.getLogger("strata.binder")
 

@@ -42,12 +42,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from binder import metrics, txn
-from binder.actions import Action, Result
-from schemas import CodecError, LogRecord, decode, encode
-from strata.cachelog import Publisher, record_key
-from strata.config import Settings
-from strata.topics import TopicNames, Work
+from strata.binder import metrics, txn
+from strata.binder.actions import Action, Result
+from strata.log.cachelog import Publisher, record_key
+from strata.log.config import Settings
+from strata.log.topics import TopicNames, Work
+from strata.schemas import CodecError, LogRecord, decode, encode
 
 log = logging.getLogger("strata.binder")
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ingest.redaction import redact
-from schemas import (
+from strata.ingest.redaction import redact
+from strata.schemas import (
     BadRecord,
     Bind,
     BindFailed,

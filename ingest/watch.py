@@ -25,11 +25,11 @@ from typing import Any
 
 from urllib3.exceptions import HTTPError
 
-from ingest.kube import RESOURCES, ApiError, Gone, KubeApi, Resource
-from ingest.redaction import redact
-from schemas import Synced, WatchEvent, objectjson
-from strata.cachelog import CacheLogReader, CacheLogWriter
-from strata.errors import StrataError
+from strata.ingest.redaction import redact
+from strata.kubeapi import RESOURCES, ApiError, Gone, KubeApi, Resource
+from strata.log.cachelog import CacheLogReader, CacheLogWriter
+from strata.log.errors import StrataError
+from strata.schemas import Synced, WatchEvent, objectjson
 
 Identity = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
 PAGE = 500

@@ -18,10 +18,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from projector.kinds import GROUP_NAME
-from projector.state import CacheState, Outcome
-from schemas import BadRecord, Bind, BindFailed, BindSucceeded, Evict, EvictFailed, EvictSucceeded, Synced, WatchEvent
-from schemas.records import LogRecord
+from strata.projector.kinds import GROUP_NAME
+from strata.projector.state import CacheState, Outcome
+from strata.schemas import (
+    BadRecord,
+    Bind,
+    BindFailed,
+    BindSucceeded,
+    Evict,
+    EvictFailed,
+    EvictSucceeded,
+    Synced,
+    WatchEvent,
+)
+from strata.schemas.records import LogRecord
 
 # fields of a pod that a history shows as they change
 POD_FIELDS = ("phase", "nodeName", "deletionTimestamp", "annotations", "requests")

@@ -17,10 +17,10 @@ from sqlalchemy import BigInteger, ForeignKey, Integer, String, Text, UniqueCons
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Mapped, mapped_column
 
-from projector.audit import AuditEntry
-from projector.checkpoint import LogIdentity
-from projector.sqlstore import _INSERTS, Base
-from schemas.objectjson import NumberLiteral
+from strata.projector.audit import AuditEntry
+from strata.projector.checkpoint import LogIdentity
+from strata.projector.sqlstore import _INSERTS, Base
+from strata.schemas.objectjson import NumberLiteral
 
 BATCH_ROWS = 5000  # rows per INSERT statement: SQLite limits the bound parameters of one statement
 

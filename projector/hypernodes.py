@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import re2
 
-from projector.kinds import HyperNodeView, Member, Requirements
+from strata.projector.kinds import HyperNodeView, Member, Requirements
 
 
 class HyperNodeEntry(NamedTuple):

@@ -9,9 +9,11 @@ JSON null is absent everywhere. Views keep only derived values, never the raw ob
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from projector.resources import BadQuantity, Resources, exponent_of, parse_resources
+from strata.projector.resources import BadQuantity, Resources, exponent_of, parse_resources
+from strata.projector.task import TaskStatus
 
 POD = ("v1", "Pod")
 NODE = ("v1", "Node")
@@ -192,7 +194,7 @@ class PodView(NamedTuple):
     uid: str
     accepted: bool
     job: str | None
-    status: str
+    status: TaskStatus
     node: str
     priority: int
     preemptable: bool
@@ -241,14 +243,17 @@ def pod_view(obj: dict[str, Any], scheduler_names: frozenset[str]) -> PodView:
     labels = meta.labels
     group = annotations.get(GROUP_NAME)
     deleting = meta.deleting
+    task_status: TaskStatus
     if phase == "Running":
-        task_status = "Releasing" if deleting else "Running"
+        task_status = TaskStatus.RELEASING if deleting else TaskStatus.RUNNING
     elif phase == "Pending":
-        task_status = "Releasing" if deleting else ("Bound" if node else "Pending")
-    elif phase == "Succeeded" or phase == "Failed":
-        task_status = phase
+        task_status = TaskStatus.RELEASING if deleting else (TaskStatus.BOUND if node else TaskStatus.PENDING)
+    elif phase == "Succeeded":
+        task_status = TaskStatus.SUCCEEDED
+    elif phase == "Failed":
+        task_status = TaskStatus.FAILED
     else:
-        task_status = "Unknown"
+        task_status = TaskStatus.UNKNOWN
     if priority is None:
         priority = 1
     annotated = annotations.get(TASK_PRIORITY)
@@ -613,3 +618,35 @@ def hypernode_view(obj: dict[str, Any]) -> HyperNodeView:
     return HyperNodeView(
         meta.name, _int(spec, "tier", "spec") or 0, _str(spec, "tierName", "spec") or "", tuple(members)
     )
+
+
+# --------------------------------------------------------------------- the fold's settings
+@dataclass(frozen=True)
+class FoldConfig:
+    scheduler_names: tuple[str, ...] = ("volcano",)
+    default_queue: str = "default"
+
+    @property
+    def identity(self) -> str:
+        """What a checkpoint must match to be reused: the fold's result depends on it."""
+        return f"schedulerNames={','.join(sorted(set(self.scheduler_names)))};defaultQueue={self.default_queue}"
+
+
+# ------------------------------------------------------------------------ a node's resources
+def node_allocatable(node: NodeView, csi: CSINodeView | None) -> dict[str, int]:
+    return _node_resources(node.allocatable, node, csi)
+
+
+def node_capability(node: NodeView, csi: CSINodeView | None) -> dict[str, int]:
+    return _node_resources(node.capacity, node, csi)
+
+
+def _node_resources(base: dict[str, int], node: NodeView, csi: CSINodeView | None) -> dict[str, int]:
+    out = dict(base)
+    if csi is not None:
+        out.update(csi.scalars)  # CSI counts replace what the Node's status says
+    if node.oversub_cpu:
+        out["cpu"] = out.get("cpu", 0) + node.oversub_cpu
+    if node.oversub_memory:
+        out["memory"] = out.get("memory", 0) + node.oversub_memory
+    return out

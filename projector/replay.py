@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.trace import SCHEDULER_RECORDS, WATCH_OPS, BadLine, check_watch, offset_field, record_from_json
-from projector import kinds
-from projector.state import APPLIED, CacheState, FoldConfig, Outcome
-from schemas import objectjson
+from strata.ingest.trace import SCHEDULER_RECORDS, WATCH_OPS, BadLine, check_watch, offset_field, record_from_json
+from strata.projector import kinds
+from strata.projector.state import APPLIED, CacheState, FoldConfig, Outcome
+from strata.schemas import objectjson
 
 
 @dataclass

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from schemas.objectjson import NumberLiteral
+from strata.schemas.objectjson import NumberLiteral
 
 Resources = dict[str, int]
 EMPTY: Resources = {}

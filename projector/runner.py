@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 
 from confluent_kafka import KafkaException
 
-from projector import audit, statecodec
-from projector.auditstore import AuditIndex
-from projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
-from projector.state import CacheState, FoldConfig
-from strata.cachelog import CacheLogReader, Publisher, check_contiguous
-from strata.config import Settings
 from strata.digests import DigestReporter
+from strata.log.cachelog import CacheLogReader, Publisher
+from strata.log.config import Settings
+from strata.projector import audit, statecodec
+from strata.projector.auditstore import AuditIndex
+from strata.projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.state import CacheState, FoldConfig
 
 LOG = logging.getLogger("strata.projector")
 AUDIT_BATCH = 20_000  # entries written at once when no checkpoint comes first
@@ -75,10 +75,8 @@ class LogRunner:
         """The state after records 0..end-1: a checkpoint at or below ``end`` plus the tail."""
         state = self.restore(at_or_below=end)
         for entry in self.reader.read(start=state.version, end=end):
-            check_contiguous(self.reader.topic, entry.offset, state.version)
-            state.apply(entry.record)
-        if state.version < end:
-            check_contiguous(self.reader.topic, end, state.version)
+            state.apply_at(entry.offset, entry.record)
+        state.expect_offset(end)
         return state
 
     def checkpoint(self, state: CacheState) -> CheckpointInfo:
@@ -120,9 +118,8 @@ class LogRunner:
         pending: list[audit.AuditEntry] = []
         for entry in self.reader.follow(state.version, stop):
             if entry is not None:
-                check_contiguous(self.reader.topic, entry.offset, state.version)
                 ctx = audit.context(state, entry.record) if audit_index else None
-                outcome = state.apply(entry.record)
+                outcome = state.apply_at(entry.offset, entry.record)
                 if outcome.result == "bad":
                     progress.bad += 1
                 if audit_index is not None:

@@ -10,24 +10,19 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from projector.cowmap import FrozenMap
-from projector.hypernodes import hypernode_entries
-from projector.resources import nonzero
-
-if TYPE_CHECKING:
-    from projector import kinds
-    from projector.state import FoldConfig
-
-_ALLOCATED = frozenset({"Bound", "Binding", "Running"})
-_OFF_NODE = frozenset({"Succeeded", "Failed"})
+from strata.projector import kinds
+from strata.projector.cowmap import FrozenMap
+from strata.projector.hypernodes import hypernode_entries
+from strata.projector.resources import nonzero
+from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
 
 
 @dataclass(frozen=True, eq=False)
 class Snapshot:
     version: int
-    config: FoldConfig
+    config: kinds.FoldConfig
     tasks: FrozenMap[str, kinds.PodView]
     node_used: FrozenMap[str, dict[str, int]]
     nodes: FrozenMap[str, kinds.NodeView]
@@ -69,8 +64,6 @@ class Snapshot:
         return hashlib.sha256(self.canonical_bytes()).hexdigest()
 
     def _render(self) -> dict[str, Any]:
-        from projector.state import node_allocatable, node_capability
-
         jobs_shown = {key: pg for key, pg in self.podgroups.items() if self.job_queue(pg) in self.queues}
         node_tasks: dict[str, list[str]] = {}
         node_releasing: dict[str, dict[str, int]] = {}
@@ -78,9 +71,9 @@ class Snapshot:
         job_allocated: dict[str, dict[str, int]] = {key: {} for key in jobs_shown}
         job_total: dict[str, dict[str, int]] = {key: {} for key in jobs_shown}
         for uid, t in self.tasks.items():
-            if t.node and t.status not in _OFF_NODE:
+            if t.node and t.status not in OFF_NODE:
                 node_tasks.setdefault(t.node, []).append(uid)
-                if t.status == "Releasing":
+                if t.status == TaskStatus.RELEASING:
                     _accumulate(node_releasing.setdefault(t.node, {}), t.resreq)
             if t.job in job_tasks:
                 job_tasks[t.job][uid] = {
@@ -96,20 +89,20 @@ class Snapshot:
                     "role": t.role,
                 }
                 _accumulate(job_total[t.job], t.resreq)
-                if t.status in _ALLOCATED:
+                if t.status in ALLOCATED:
                     _accumulate(job_allocated[t.job], t.resreq)
 
         nodes = {}
         for name, n in self.nodes.items():
             csi = self.csinodes.get(name)
-            allocatable = node_allocatable(n, csi)
+            allocatable = kinds.node_allocatable(n, csi)
             used = self.node_used.get(name) or {}
             idle = dict(allocatable)
             for k, v in used.items():
                 idle[k] = idle.get(k, 0) - v
             nodes[name] = {
                 "allocatable": nonzero(allocatable),
-                "capability": nonzero(node_capability(n, csi)),
+                "capability": nonzero(kinds.node_capability(n, csi)),
                 "idle": nonzero(idle),
                 "used": nonzero(used),
                 "releasing": nonzero(node_releasing.get(name, {})),

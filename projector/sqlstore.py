@@ -37,11 +37,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from projector.checkpoint import Checkpoint, CheckpointInfo, LogIdentity
-from strata.errors import StrataError
+from strata.log.errors import StrataError
+from strata.projector.checkpoint import Checkpoint, CheckpointInfo, LogIdentity
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another (a large checkpoint takes a while)
-MIGRATIONS = "projector:migrations"  # Alembic resolves package:path, so the installed package is enough
+MIGRATIONS = "strata.projector:migrations"  # Alembic resolves package:path, so the installed package is enough
 _MIGRATION_LOCK = 0x5354_5241_5441  # "STRATA": a PostgreSQL advisory lock key held while migrating
 
 # Alembic's ``context`` and ``op`` are module-level proxies: one migration at a time per process.

@@ -4,32 +4,25 @@
 depend on the cluster's size; ``snapshot()`` freezes the state in O(1). Nothing here reads a
 clock, does I/O or depends on hash order (cache-semantics.md is the contract).
 
-A task moves along these states; the arrows name the records that move it:
-
-            pod ADDED/MODIFIED (derived from the pod: Pending, Bound, Running, ...)
-                 |
-                 v          BIND admitted               BIND_FAILED
-             Pending  ------------------------>  Binding  ------------> (derived again)
-                 ^                                  |
-                 |                                  | EVICT applied (any task with a node
-                 |                                  v  and a stored PodGroup)
-          EVICT_FAILED  <--------------------- Releasing
-          (derived again)
-
-A watch event for the pod derives the task again and ends an overlay, except that a Binding,
-Bound or Running task ignores an update that only lacks the node name (Volcano PR #1857).
+A task's status (``task.TaskStatus``) moves as the state machine drawn on the ``Cache``
+interface (``strata.scheduler.interface``) says: a pod's watch event derives it (Pending, Bound,
+Running, ...); an admitted BIND lays Binding over it and an applied EVICT Releasing, until
+BIND_FAILED or EVICT_FAILED reverts that very overlay or the pod's next event derives the task
+again. A Binding, Bound or Running task ignores an update that only lacks the node name (Volcano
+PR #1857).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from projector import kinds
-from projector.cowmap import CowMap
-from projector.kinds import BadObject, PodView
-from projector.snapshot import Snapshot
-from schemas import (
+from strata.log.errors import GapError
+from strata.projector import kinds
+from strata.projector.cowmap import CowMap
+from strata.projector.kinds import BadObject, FoldConfig, PodView, node_allocatable
+from strata.projector.snapshot import Snapshot
+from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
+from strata.schemas import (
     BadRecord,
     Bind,
     BindFailed,
@@ -43,21 +36,8 @@ from schemas import (
     objectjson,
 )
 
-BINDING = "Binding"
-RELEASING = "Releasing"
-_OFF_NODE = frozenset({"Succeeded", "Failed"})
-_HELD = frozenset({"Binding", "Bound", "Running"})
-
-
-@dataclass(frozen=True)
-class FoldConfig:
-    scheduler_names: tuple[str, ...] = ("volcano",)
-    default_queue: str = "default"
-
-    @property
-    def identity(self) -> str:
-        """What a checkpoint must match to be reused: the fold's result depends on it."""
-        return f"schedulerNames={','.join(sorted(set(self.scheduler_names)))};defaultQueue={self.default_queue}"
+BINDING = TaskStatus.BINDING
+RELEASING = TaskStatus.RELEASING
 
 
 class Outcome(NamedTuple):
@@ -96,8 +76,22 @@ class CacheState:
         self.last_object: Any = None  # the parsed object of the last watch event ``apply`` saw
 
     # ------------------------------------------------------------------------------ records
+    def apply_at(self, offset: int, record: LogRecord) -> Outcome:
+        """Apply the record read at ``offset`` of the cache log: it must be the next one (the
+        version is the count of records applied, so a snapshot's version is its offset + 1)."""
+        self.expect_offset(offset)
+        return self.apply(record)
+
+    def expect_offset(self, offset: int) -> None:
+        """Raise ``GapError`` unless ``offset`` is the one this state applies next."""
+        if offset != self.version:
+            raise GapError(
+                f"the record at offset {offset} follows {self.version} records; the cache log must have no gaps "
+                "(a transactional producer or compaction leaves some) so that a snapshot's version is its offset + 1"
+            )
+
     def apply(self, record: LogRecord) -> Outcome:
-        """Apply one record of the cache log."""
+        """Apply one record of the cache log (a trace's next line; the log's through ``apply_at``)."""
         if isinstance(record, WatchEvent):
             try:
                 obj = objectjson.loads(record.object)
@@ -262,7 +256,7 @@ class CacheState:
             if current is not None:
                 self._drop_task(pod.uid)
             return APPLIED
-        if current is not None and current.status in _HELD and not pod.node and pod.job == current.job:
+        if current is not None and current.status in ALLOCATED and not pod.node and pod.job == current.job:
             return Outcome("applied", "task kept: an update without the node name (Volcano PR #1857)")
         self._set_task(pod.uid, current, pod)
         self.overlays.pop(pod.uid, None)
@@ -279,12 +273,12 @@ class CacheState:
     def _drop_task(self, uid: str) -> None:
         task = self.tasks.pop(uid)
         self.overlays.pop(uid, None)
-        if task is not None and task.node and task.status not in _OFF_NODE:
+        if task is not None and task.node and task.status not in OFF_NODE:
             self._add_used(task.node, task.resreq, -1)
 
     def _set_task(self, uid: str, old: PodView | None, new: PodView) -> None:
-        was = old is not None and old.node and old.status not in _OFF_NODE
-        counts = new.node and new.status not in _OFF_NODE
+        was = old is not None and old.node and old.status not in OFF_NODE
+        counts = new.node and new.status not in OFF_NODE
         # Binding -> Running on the same node is the common move: its usage does not change.
         if not (was and counts and old.node == new.node and old.resreq == new.resreq):  # type: ignore[union-attr]
             if was:
@@ -304,7 +298,7 @@ class CacheState:
         task = self.tasks.get(uid)
         if task is None or task.job is None:
             return Outcome("rejected", "no task of a job has this uid")
-        if task.status != "Pending":
+        if task.status != TaskStatus.PENDING:
             return Outcome("rejected", f"task is {task.status}, not Pending")
         stored = self.nodes.get(node)
         if stored is None:
@@ -360,22 +354,3 @@ class CacheState:
             default_priority=self.default_priority,
             hypernodes=self.hypernodes.freeze(),
         )
-
-
-def node_allocatable(node: kinds.NodeView, csi: kinds.CSINodeView | None) -> dict[str, int]:
-    return _node_resources(node.allocatable, node, csi)
-
-
-def node_capability(node: kinds.NodeView, csi: kinds.CSINodeView | None) -> dict[str, int]:
-    return _node_resources(node.capacity, node, csi)
-
-
-def _node_resources(base: dict[str, int], node: kinds.NodeView, csi: kinds.CSINodeView | None) -> dict[str, int]:
-    out = dict(base)
-    if csi is not None:
-        out.update(csi.scalars)  # CSI counts replace what the Node's status says
-    if node.oversub_cpu:
-        out["cpu"] = out.get("cpu", 0) + node.oversub_cpu
-    if node.oversub_memory:
-        out["memory"] = out.get("memory", 0) + node.oversub_memory
-    return out

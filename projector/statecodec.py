@@ -12,9 +12,11 @@ from typing import Any
 
 import zstandard
 
-from projector import kinds
-from projector.cowmap import CowMap
-from projector.state import CacheState, FoldConfig
+from strata.projector import kinds
+from strata.projector.cowmap import CowMap
+from strata.projector.kinds import FoldConfig
+from strata.projector.state import CacheState
+from strata.projector.task import TaskStatus
 
 FORMAT = 1
 
@@ -69,14 +71,14 @@ def decode(data: bytes) -> CacheState:
     state = CacheState(config)
     state.version = doc["version"]
     for (ns, name), v in doc["pods"]:
-        pod = kinds.PodView(*v)
+        pod = _pod_view(v)
         state.pods[(ns, name)] = pod
         state.pod_uids[pod.uid] = (ns, name)
     for uid, task in doc["tasks"]:
-        state.tasks[uid] = state.pods[state.pod_uids[uid]] if task is None else kinds.PodView(*task)
+        state.tasks[uid] = state.pods[state.pod_uids[uid]] if task is None else _pod_view(task)
     for uid, *overlay in doc["overlays"]:
         # before origins were kept a row was [uid, overlay]: -1 matches no offset a failure names
-        state.overlays[uid] = (overlay[0], overlay[1] if len(overlay) > 1 else -1)
+        state.overlays[uid] = (TaskStatus(overlay[0]), overlay[1] if len(overlay) > 1 else -1)
     for node, used in doc["nodeUsed"]:
         state.node_used[node] = used
     for name, v in doc["nodes"]:
@@ -104,3 +106,8 @@ def decode(data: bytes) -> CacheState:
 
 def _requirements(rows: list[Any] | None) -> kinds.Requirements | None:
     return None if rows is None else tuple((key, op, tuple(values)) for key, op, values in rows)
+
+
+def _pod_view(fields: list[Any]) -> kinds.PodView:
+    view = kinds.PodView(*fields)
+    return view._replace(status=TaskStatus(view.status))  # JSON holds the text; the fold, the type

@@ -1,5 +1,5 @@
 """What a scheduler replica embeds: the Cache interface on the cache log, and an example scheduler."""
 
-from scheduler.interface import BindContext, BindResult, Cache, EvictResult, JobStatus, QueueStatus
+from strata.scheduler.interface import BindContext, BindResult, Cache, EvictResult, JobStatus, QueueStatus
 
 __all__ = ["BindContext", "BindResult", "Cache", "EvictResult", "JobStatus", "QueueStatus"]

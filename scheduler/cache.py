@@ -16,20 +16,20 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
-from ingest.kube import RESOURCES, KubeApi
-from projector.checkpoint import CheckpointStore
-from projector.kinds import PodView
-from projector.runner import LogRunner
-from projector.snapshot import Snapshot
-from projector.state import CacheState, FoldConfig, Outcome
-from scheduler.event_recorder import ApiEventRecorder, job_status_event
-from scheduler.interface import BindContext, BindResult, EvictResult, JobStatus, QueueStatus
-from scheduler.status_updater import StatusUpdater
-from schemas import Bind, Evict
-from strata.cachelog import CacheLogWriter, check_contiguous
-from strata.config import Settings
 from strata.digests import DigestReporter
-from strata.errors import StrataError
+from strata.kubeapi import RESOURCES, KubeApi
+from strata.log.cachelog import CacheLogWriter
+from strata.log.config import Settings
+from strata.log.errors import StrataError
+from strata.projector.checkpoint import CheckpointStore
+from strata.projector.kinds import PodView
+from strata.projector.runner import LogRunner
+from strata.projector.snapshot import Snapshot
+from strata.projector.state import CacheState, FoldConfig, Outcome
+from strata.scheduler.event_recorder import ApiEventRecorder, job_status_event
+from strata.scheduler.interface import BindContext, BindResult, EvictResult, JobStatus, QueueStatus
+from strata.scheduler.status_updater import StatusUpdater
+from strata.schemas import Bind, Evict
 
 LOG = logging.getLogger("strata.cache")
 ALL_KINDS = tuple(RESOURCES)
@@ -83,9 +83,8 @@ class LogCache:
             for entry in self.runner.reader.follow(state.version, stop):
                 if entry is None:
                     continue
-                check_contiguous(self.runner.reader.topic, entry.offset, state.version)
                 with self._changed:
-                    outcome = state.apply(entry.record)
+                    outcome = state.apply_at(entry.offset, entry.record)
                     if isinstance(entry.record, (Bind, Evict)) and entry.record.replica == self.replica:
                         self._outcomes[entry.offset] = outcome
                     self._snapshot = None

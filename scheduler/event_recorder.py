@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from ingest.kube import KubeApi
-from scheduler.interface import EventRecorder, JobStatus
+from strata.kubeapi import KubeApi
+from strata.scheduler.interface import EventRecorder, JobStatus
 
 _NAME_UNSAFE = re.compile(r"[^a-z0-9.-]")
 

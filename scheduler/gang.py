@@ -15,12 +15,11 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from projector.kinds import PodView
-from projector.snapshot import Snapshot
-from projector.state import node_allocatable
-from scheduler.interface import BindContext, Cache
+from strata.projector.kinds import PodView, node_allocatable
+from strata.projector.snapshot import Snapshot
+from strata.projector.task import ALLOCATED, TaskStatus
+from strata.scheduler.interface import BindContext, Cache
 
-ALLOCATED = frozenset({"Binding", "Bound", "Running"})
 _NO_SCHEDULE = frozenset({"NoSchedule", "NoExecute"})
 
 
@@ -65,7 +64,7 @@ def plan(snapshot: Snapshot) -> list[BindContext]:
             continue
         if task.status in ALLOCATED:
             allocated[task.job] = allocated.get(task.job, 0) + 1
-        elif task.status == "Pending" and not task.node:
+        elif task.status == TaskStatus.PENDING and not task.node:
             by_job.setdefault(task.job, []).append(task)
     free = free_capacity(snapshot)
     binds: list[BindContext] = []

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ingest.kube import ApiError, KubeApi
-from scheduler.interface import JobStatus, QueueStatus
+from strata.kubeapi import ApiError, KubeApi
+from strata.scheduler.interface import JobStatus, QueueStatus
 
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
 ALLOCATED_HYPERNODE = "volcano.sh/job-allocated-hypernode"

@@ -3,9 +3,9 @@
 This package imports nothing else of Strata's, so any tool can read the log with it alone.
 """
 
-from schemas import objectjson
-from schemas.catalog import Catalog, SchemaVersion, default_catalog
-from schemas.codec import (
+from strata.schemas import objectjson
+from strata.schemas.catalog import Catalog, SchemaVersion, default_catalog
+from strata.schemas.codec import (
     CodecError,
     EncodeError,
     MalformedBody,
@@ -14,7 +14,7 @@ from schemas.codec import (
     decode,
     encode,
 )
-from schemas.records import (
+from strata.schemas.records import (
     BadRecord,
     Bind,
     BindCommand,

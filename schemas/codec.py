@@ -16,8 +16,8 @@ from typing import Any
 
 from fastavro import schemaless_reader, schemaless_writer
 
-from schemas.catalog import Catalog, default_catalog
-from schemas.records import RECORD_CLASSES, Record
+from strata.schemas.catalog import Catalog, default_catalog
+from strata.schemas.records import RECORD_CLASSES, Record
 
 MARKER = b"\xc3\x01"
 HEADER_SIZE = len(MARKER) + 8

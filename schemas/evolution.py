@@ -8,7 +8,7 @@ Two rules keep every message ever written readable:
   reads the newest one's (Avro FULL_TRANSITIVE compatibility, checked by the Apache ``avro``
   package's checker, an implementation independent of fastavro's resolver).
 
-``python -m schemas.evolution`` prints the problems; ``--lock`` adds unreleased versions to the
+``python -m strata.schemas.evolution`` prints the problems; ``--lock`` adds unreleased versions to the
 lock once they pass.
 """
 
@@ -20,7 +20,7 @@ import sys
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
-from schemas.catalog import LOCK_FILE, Catalog, SchemaVersion, default_catalog
+from strata.schemas.catalog import LOCK_FILE, Catalog, SchemaVersion, default_catalog
 
 
 def compatibility_problems(catalog: Catalog) -> list[str]:
@@ -57,7 +57,7 @@ def lock_problems(catalog: Catalog, locked: dict[str, dict[str, str]]) -> list[s
         elif current[file_name] != entry:
             problems.append(f"{file_name}: released but changed; add a new version file instead")
     for file_name in sorted(set(current) - set(locked)):
-        problems.append(f"{file_name}: not released yet; run `python -m schemas.evolution --lock`")
+        problems.append(f"{file_name}: not released yet; run `python -m strata.schemas.evolution --lock`")
     return problems
 
 

@@ -4,6 +4,6 @@
 source "$(dirname "$0")/bootstrap.sh"
 ruff check .
 ruff format --check .
-python -m schemas.evolution
+python -m strata.schemas.evolution
 eval "$(strata dev up)"
 pytest "$@"

@@ -25,11 +25,6 @@ from typing import Any, NamedTuple
 
 import fastavro
 
-from projector import statecodec
-from projector.replay import ReplayReport
-from projector.state import CacheState, FoldConfig
-from schemas import LogRecord
-from schemas.codec import HEADER_SIZE, MARKER
 from strata import __version__, archive_codec
 from strata.archive_manifest import (
     BASE,
@@ -44,10 +39,15 @@ from strata.archive_manifest import (
     write_atomically,
     write_manifest,
 )
-from strata.cachelog import CacheLogReader, Publisher, bad_record, classify
-from strata.config import Settings
-from strata.errors import StrataError
-from strata.topics import ensure_topics
+from strata.log.cachelog import CacheLogReader, Publisher, bad_record, classify
+from strata.log.config import Settings
+from strata.log.errors import GapError, StrataError
+from strata.log.topics import ensure_topics
+from strata.projector import statecodec
+from strata.projector.replay import ReplayReport
+from strata.projector.state import CacheState, FoldConfig
+from strata.schemas import LogRecord
+from strata.schemas.codec import HEADER_SIZE, MARKER
 
 CODECS = ("zstandard", "deflate")
 DEFAULT_RECORDS_PER_FILE = 100_000
@@ -247,7 +247,7 @@ def export_archive(
             if first > end:
                 raise StrataError(f"offset {first} is beyond the log's end ({end})")
             for entry in CacheLogReader(settings).read(0, first):
-                state.apply(entry.record)
+                state.apply_at(entry.offset, entry.record)
             manifest.base = _write_state(directory, BASE, state, first)
     else:
         first = manifest.next_offset
@@ -323,7 +323,7 @@ def export_archive(
         fp = fingerprint_of(msg.value)
         if fp is not None:
             fingerprints.add(fp)
-        state.apply(decode_message(msg.value, msg.offset, reader.topic))
+        state.apply_at(msg.offset, decode_message(msg.value, msg.offset, reader.topic))
         report.records += 1
         if progress is not None and report.records % 1000 == 0:
             progress(msg.offset + 1 - first, total)
@@ -410,7 +410,8 @@ def fold_archive(
             offset = msg["offset"]
             if until is not None and offset >= until:
                 break
-            report.count(offset, state.apply(decode_message(msg["value"], offset, manifest.topic)), strict, "offset")
+            outcome = state.apply_at(offset, decode_message(msg["value"], offset, manifest.topic))
+            report.count(offset, outcome, strict, "offset")
         report.files += 1
         report.bytes += entry.bytes
         if progress is not None:
@@ -519,7 +520,11 @@ def _check_file(path: Path, entry: FileEntry, topic: str, state: CacheState | No
             if fp is not None:
                 fingerprints.add(fp)
             if state is not None:
-                state.apply(decode_message(msg["value"], offset, topic))  # type: ignore[index]
+                try:
+                    state.apply_at(offset, decode_message(msg["value"], offset, topic))  # type: ignore[index]
+                except GapError as exc:
+                    problems.append(f"{entry.name}: {exc}")
+                    state = None
     if count != entry.records:
         problems.append(f"{entry.name}: {count} records, the manifest says {entry.records}")
     if tuple(sorted(fingerprints)) != entry.fingerprints:

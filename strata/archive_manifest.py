@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from strata.errors import StrataError
+from strata.log.errors import StrataError
 
 FORMAT = 1
 MANIFEST = "manifest.json"

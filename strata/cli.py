@@ -30,8 +30,8 @@ from strata.cliopts import (
     log_runner,
     output_option,
 )
-from strata.config import KAFKA_LOGGER, Settings, settings_from
-from strata.errors import StrataError
+from strata.log.config import KAFKA_LOGGER, Settings, settings_from
+from strata.log.errors import StrataError
 
 
 @click.group(cls=StrataGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -97,7 +97,7 @@ def dev_up(data_dir: str | None, kafka_port: int, kube: bool, secure: bool) -> N
     """Start the stack (or reuse it) and print shell exports: eval "$(strata dev up)"."""
     import shlex
 
-    from strata.topics import ensure_topics
+    from strata.log.topics import ensure_topics
 
     stack = _stack(data_dir, kafka_port)
     env = stack.up(kube=kube)
@@ -150,7 +150,7 @@ def topics_create(settings: Settings) -> None:
     Replication for real clusters: STRATA_REPLICATION_FACTOR, STRATA_MIN_INSYNC_REPLICAS;
     command topic partitions: STRATA_COMMAND_PARTITIONS.
     """
-    from strata.topics import ensure_topics
+    from strata.log.topics import ensure_topics
 
     for topic, outcome in sorted(ensure_topics(settings).items()):
         click.echo(f"{outcome:8} {topic}")
@@ -160,7 +160,7 @@ def topics_create(settings: Settings) -> None:
 @kafka_options
 def topics_list(settings: Settings) -> None:
     """The planned topics with their partitions and settings."""
-    from strata.topics import plan
+    from strata.log.topics import plan
 
     for spec in plan(settings):
         config = ",".join(f"{k}={v}" for k, v in sorted(spec.config.items()))
@@ -187,7 +187,7 @@ def ingest(settings: Settings, trace: Path | None, kinds: str | None) -> None:
     if trace is None:
         _watch_cluster(settings, kinds.split(",") if kinds else None)
         return
-    from ingest.from_trace import publish_trace
+    from strata.ingest.from_trace import publish_trace
 
     report = publish_trace(settings, trace)
     for number, error in report.bad:
@@ -202,7 +202,7 @@ def ingest(settings: Settings, trace: Path | None, kinds: str | None) -> None:
 def _watch_cluster(settings: Settings, kinds: list[str] | None) -> None:
     import signal
 
-    from ingest.watch import Ingest
+    from strata.ingest.watch import Ingest
 
     ingest_ = Ingest(settings, kinds)
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -235,7 +235,7 @@ def log_summary(settings: Settings, output: str) -> None:
 
 
 def _summary(settings: Settings, output: str) -> str:
-    from strata.cachelog import CacheLogReader
+    from strata.log.cachelog import CacheLogReader
     from strata.logview import format_summary, summarize
 
     reader = CacheLogReader(settings)
@@ -249,7 +249,7 @@ def _summary(settings: Settings, output: str) -> str:
 @kafka_options
 def log_dump(settings: Settings, from_offset: int, to_offset: int | None) -> None:
     """Print the records as trace-format JSON lines (replayable like the original trace)."""
-    from strata.cachelog import CacheLogReader
+    from strata.log.cachelog import CacheLogReader
     from strata.logview import as_trace_line
 
     out = click.get_binary_stream("stdout")
@@ -267,8 +267,8 @@ def log_dump(settings: Settings, from_offset: int, to_offset: int | None) -> Non
 @kafka_options
 def demo(settings: Settings, trace: Path | None) -> None:
     """Publish a sample cluster history into a fresh cache log, read it back, summarize it."""
-    from ingest.from_trace import publish_trace
-    from strata.topics import ensure_topics
+    from strata.ingest.from_trace import publish_trace
+    from strata.log.topics import ensure_topics
 
     trace = trace or Path(str(files("strata.samples") / "sample-cluster.jsonl"))
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -294,7 +294,7 @@ def demo(settings: Settings, trace: Path | None) -> None:
 @fold_options
 def replay(trace: Path, until: int | None, output: str, digest: bool, strict: bool, fold: Any) -> None:
     """Fold a trace (JSON lines) or an archive directory (`strata export`) offline, with no Kafka."""
-    from projector.replay import StrictStop, replay_file
+    from strata.projector.replay import StrictStop, replay_file
 
     if trace.is_dir():
         _print_snapshot(_replay_archive(trace, until, strict, fold), output, digest)
@@ -316,8 +316,8 @@ def replay(trace: Path, until: int | None, output: str, digest: bool, strict: bo
 
 
 def _replay_archive(directory: Path, until: int | None, strict: bool, fold: Any) -> Any:
-    from projector.replay import StrictStop
     from strata.archive import archive_bytes, fold_archive
+    from strata.projector.replay import StrictStop
 
     started = time.monotonic()
     with _progress(archive_bytes(directory), f"replaying {directory}") as advance:
@@ -450,8 +450,8 @@ def project(
     import socket
     import threading
 
-    from projector.auditstore import AuditIndex
     from strata.digests import DigestReporter
+    from strata.projector.auditstore import AuditIndex
 
     runner = log_runner(settings, fold, quarantine=True)
     stop = threading.Event()
@@ -563,7 +563,7 @@ def verify(settings: Settings, fold: Any, against_cluster: bool, archive: Path |
         if problems:
             sys.exit(1)
         return
-    from ingest.kube import KubeApi
+    from strata.kubeapi import KubeApi
     from strata.verify import cluster_snapshot, differences
 
     runner = log_runner(settings, fold)

@@ -12,7 +12,7 @@ import click
 
 from strata.archive import CODECS, DEFAULT_RECORDS_PER_FILE
 from strata.cliopts import fold_options, kafka_options
-from strata.config import Settings
+from strata.log.config import Settings
 
 
 @contextlib.contextmanager

@@ -8,14 +8,14 @@ from typing import Any
 import click
 
 from strata.cliopts import db_option, fold_options, kafka_options, log_runner
-from strata.config import Settings
+from strata.log.config import Settings
 
 _position_help = "an offset, or an ISO-8601 time (Kafka's record timestamps)"
 output_choice = click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 
 
 def _index(settings: Settings, fold: Any) -> tuple[Any, Any]:
-    from projector.auditstore import AuditIndex
+    from strata.projector.auditstore import AuditIndex
 
     runner = log_runner(settings, fold)
     index = AuditIndex(runner.store.engine)

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from strata.cliopts import fold_options, kafka_options
-from strata.config import Settings
+from strata.log.config import Settings
 
 _common = [
     click.option(
@@ -80,7 +80,7 @@ def _serve(
 ) -> None:
     import signal
 
-    from binder.service import Service, default_instance
+    from strata.binder.service import Service, default_instance
 
     if metrics_port:
         from prometheus_client import start_http_server

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from strata.cliopts import kafka_options
-from strata.config import Settings
+from strata.log.config import Settings
 
 
 @click.command()
@@ -26,8 +26,8 @@ def faults(settings: Settings, only: tuple[str, ...], quick: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from strata.errors import StrataError
     from strata.faults import SCENARIOS, FaultContext, FaultResult, scenario
+    from strata.log.errors import StrataError
 
     names = list(only) or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from strata.cliopts import fold_options, kafka_options
-from strata.config import Settings
+from strata.log.config import Settings
 
 
 @click.command()
@@ -40,9 +40,9 @@ def schedule(
     Start several with different --replica names on one log: they never double-book a node.
     Stops on SIGTERM or SIGINT.
     """
-    from projector.sqlstore import SqlCheckpointStore
-    from scheduler.cache import ALL_KINDS, LogCache
-    from scheduler.gang import run_cycle, wait_for_change
+    from strata.projector.sqlstore import SqlCheckpointStore
+    from strata.scheduler.cache import ALL_KINDS, LogCache
+    from strata.scheduler.gang import run_cycle, wait_for_change
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -6,17 +6,53 @@ Each command group lives in a module of its own and is attached to ``strata.cli.
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import re
+import time
 from collections.abc import Callable
 from typing import Any
 
 import click
 from confluent_kafka import KafkaException
 
-from strata.config import DEFAULT_TOPIC_PREFIX, BrokerRefusals, Settings, settings_from
-from strata.errors import StrataError
+from strata.log.config import DEFAULT_TOPIC_PREFIX, Settings, settings_from
+from strata.log.errors import StrataError
 
 EXIT_ERROR = 1
+# what librdkafka says when a broker refuses us, as opposed to being unreachable
+_REFUSAL = re.compile(
+    r"(SASL authentication error|SSL handshake failed|certificate verify failed|Authentication failed)"
+)
+_LOG_PREFIX = re.compile(r"^(?:\S+ )?\[rdkafka#[^]]*\] \[thrd:[^]]*\]: (?:\S+: )?")
+_LOG_TIMING = re.compile(r" \(after \d+ms in state \w+\)")
+
+
+class BrokerRefusals(logging.Handler):
+    """Keeps the last failed authentication or TLS handshake that librdkafka logged (a wrong
+    password, a certificate one side does not trust).
+
+    A client that cannot authenticate ends with "All broker connections are down" or a timeout;
+    the CLI adds a recent refusal to such a Kafka error so that its one line names the cause.
+    librdkafka never logs a password."""
+
+    RECENT_S = 120.0  # an old refusal, since recovered from, explains nothing
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self._last: tuple[float, str] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if _REFUSAL.search(text):
+            self._last = (time.monotonic(), _LOG_TIMING.sub("", _LOG_PREFIX.sub("", text, count=1)))
+
+    def recent(self) -> str | None:
+        if self._last is None or time.monotonic() - self._last[0] > self.RECENT_S:
+            return None
+        return self._last[1]
+
+
 BROKER_REFUSALS = BrokerRefusals()  # attached to the librdkafka logger by ``strata.cli.main``
 
 
@@ -107,7 +143,7 @@ def fold_options(command: Callable[..., Any]) -> Callable[..., Any]:
     )
     @functools.wraps(command)
     def wrapper(scheduler_names: tuple[str, ...], default_queue: str, **kwargs: Any) -> Any:
-        from projector.state import FoldConfig
+        from strata.projector.state import FoldConfig
 
         config = FoldConfig(scheduler_names=scheduler_names or ("volcano",), default_queue=default_queue)
         return command(fold=config, **kwargs)
@@ -124,7 +160,7 @@ output_option = click.option("--output", "-o", type=click.Choice(["json", "table
 
 
 def log_runner(settings: Settings, fold: Any, quarantine: bool = False) -> Any:
-    from projector.runner import LogRunner
-    from projector.sqlstore import SqlCheckpointStore
+    from strata.projector.runner import LogRunner
+    from strata.projector.sqlstore import SqlCheckpointStore
 
     return LogRunner(settings, SqlCheckpointStore(settings.checkpoint_url), fold, quarantine=quarantine)

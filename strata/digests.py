@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from prometheus_client import Counter as MetricCounter
 from prometheus_client import Gauge
 
-from projector.snapshot import Snapshot
-from schemas import CodecError, Digest, decode, encode
-from strata.cachelog import CacheLogReader, Publisher
-from strata.config import Settings
-from strata.topics import TopicNames
+from strata.log.cachelog import CacheLogReader, Publisher
+from strata.log.config import Settings
+from strata.log.topics import TopicNames
+from strata.projector.snapshot import Snapshot
+from strata.schemas import CodecError, Digest, decode, encode
 
 LOG = logging.getLogger("strata.digests")
 DIVERGENT = Gauge("strata_divergent", "1 when this reader's digest was outvoted at some version", ["replica"])

@@ -28,6 +28,8 @@ from datetime import date, timedelta
 from random import Random
 from typing import Any, BinaryIO
 
+from strata.projector.task import TaskStatus
+
 __all__ = ["GenStats", "generate"]
 
 SECOND = 1000  # the history's clock is virtual, in milliseconds
@@ -46,12 +48,12 @@ TARGET_CPU_UTILISATION = 0.55
 PENDING, BINDING, BOUND, RUNNING, EVICTING, TERMINATING, DONE, GONE = range(8)
 _ON_NODE = frozenset({BINDING, BOUND, RUNNING, EVICTING, TERMINATING})
 _FOLD_STATUS = {
-    PENDING: "Pending",
-    BINDING: "Binding",
-    BOUND: "Bound",
-    RUNNING: "Running",
-    EVICTING: "Releasing",
-    TERMINATING: "Releasing",
+    PENDING: TaskStatus.PENDING,
+    BINDING: TaskStatus.BINDING,
+    BOUND: TaskStatus.BOUND,
+    RUNNING: TaskStatus.RUNNING,
+    EVICTING: TaskStatus.RELEASING,
+    TERMINATING: TaskStatus.RELEASING,
 }
 
 # (cpu millicores, weight) of a task's main container; memory is 1, 2 or 4 GiB per core
@@ -1261,7 +1263,7 @@ class _Generator:
         stats.nodes = sum(1 for n in self.all_nodes if n.stored)
         stats.queues = len(self.queue_names)
         stats.jobs_live = len(self.jobs)
-        live = {status: 0 for status in ("Pending", "Binding", "Bound", "Running", "Releasing")}
+        live = {status: 0 for status in dict.fromkeys(_FOLD_STATUS.values())}
         for job in self.jobs.values():
             for pod in job.pods:
                 if pod.state != DONE and pod.state != GONE:

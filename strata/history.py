@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from projector.audit import POD_FIELDS
-from projector.auditstore import AuditIndex, AuditRow
-from projector.checkpoint import LogIdentity
-from strata.errors import StrataError
+from strata.log.errors import StrataError
+from strata.projector.audit import POD_FIELDS
+from strata.projector.auditstore import AuditIndex, AuditRow
+from strata.projector.checkpoint import LogIdentity
 
 _OFFSET = re.compile(r"^[0-9]+$")
 SUBJECT_KINDS = ("pod", "job", "node")

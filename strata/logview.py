@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from typing import Any
 
-from schemas import BadRecord, LogRecord, WatchEvent, objectjson
-from strata.cachelog import LogEntry
+from strata.log.cachelog import LogEntry
+from strata.schemas import BadRecord, LogRecord, WatchEvent, objectjson
 
 
 def summarize(entries: Iterable[LogEntry]) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingest.kube import RESOURCES, KubeApi
-from projector.state import CacheState, FoldConfig
+from strata.kubeapi import RESOURCES, KubeApi
+from strata.projector.state import CacheState, FoldConfig
 
 _IGNORED = {"version"}  # the cluster's fold has its own record count
 

@@ -12,8 +12,8 @@ from typing import IO
 
 import pytest
 
-from strata.config import Settings, settings_from
-from strata.topics import drop_topics, ensure_topics
+from strata.log.config import Settings, settings_from
+from strata.log.topics import drop_topics, ensure_topics
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ def postgres_database(postgres_url: str) -> Iterator[str]:
     """The URL of a fresh, empty database on that server, dropped after the test."""
     from sqlalchemy import create_engine
 
-    from projector.sqlstore import normalize_url
+    from strata.projector.sqlstore import normalize_url
 
     server = normalize_url(postgres_url)
     name = f"strata_test_{uuid.uuid4().hex[:12]}"

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from ingest.kube import ApiError, KubeApi
+from strata.kubeapi import ApiError, KubeApi
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 _COLLECTIONS = {

@@ -10,17 +10,17 @@ import fastavro
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from ingest.from_trace import publish_trace
-from projector.replay import replay_file
-from projector.runner import LogRunner
-from projector.sqlstore import SqlCheckpointStore
-from projector.state import FoldConfig
 from strata.archive import RawLogReader, export_archive, fold_archive, restore_archive, verify_archive
 from strata.archive_manifest import read_manifest
-from strata.cachelog import Publisher
-from strata.config import Settings
-from strata.errors import StrataError
-from strata.topics import TopicNames
+from strata.ingest.from_trace import publish_trace
+from strata.log.cachelog import Publisher
+from strata.log.config import Settings
+from strata.log.errors import StrataError
+from strata.log.topics import TopicNames
+from strata.projector.replay import replay_file
+from strata.projector.runner import LogRunner
+from strata.projector.sqlstore import SqlCheckpointStore
+from strata.projector.state import FoldConfig
 from tests.test_cli import run
 from tests.test_kafka_cli import env_of
 
@@ -187,7 +187,7 @@ def test_restore_rebuilds_the_log_and_refuses_a_non_empty_one(kafka: Settings, t
 
     # another log of the same length is not continued, even with --force
     other = kafka.with_(topic_prefix=f"{kafka.topic_prefix}other.")
-    from strata.topics import ensure_topics
+    from strata.log.topics import ensure_topics
 
     ensure_topics(other)
     for name in ("c05.jsonl", "c05.jsonl", "c01.jsonl"):  # 4154 records

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from ingest.from_trace import publish_trace
-from ingest.trace import SCHEDULER_RECORDS, split_lines
-from projector.replay import fold_line
-from projector.state import CacheState
-from strata.config import Settings
+from strata.ingest.from_trace import publish_trace
+from strata.ingest.trace import SCHEDULER_RECORDS, split_lines
+from strata.log.config import Settings
+from strata.projector.replay import fold_line
+from strata.projector.state import CacheState
 from tests.test_cli import run
 from tests.test_kafka_cli import env_of
 

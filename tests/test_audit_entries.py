@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from ingest.trace import parse_line
-from projector import audit
-from projector.auditstore import AuditIndex
-from projector.checkpoint import LogIdentity
-from projector.sqlstore import SqlCheckpointStore
-from projector.state import CacheState
+from strata.ingest.trace import parse_line
+from strata.projector import audit
+from strata.projector.auditstore import AuditIndex
+from strata.projector.checkpoint import LogIdentity
+from strata.projector.sqlstore import SqlCheckpointStore
+from strata.projector.state import CacheState
 
 NODE = b'{"type":"ADDED","object":{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","uid":"n","resourceVersion":"1"},"status":{"allocatable":{"cpu":"8","pods":"110"}}}}'  # noqa: E501
 POD = b'{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p1","namespace":"ns","uid":"p","resourceVersion":"2"},"spec":{"schedulerName":"volcano","containers":[{"name":"c","resources":{"requests":{"cpu":0.50,"memory":1e3}}}]},"status":{"phase":"Pending"}}}'  # noqa: E501

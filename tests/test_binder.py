@@ -8,10 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from binder.service import Service
-from schemas import Bind, BindCommand, BindFailed, BindSucceeded
-from strata.cachelog import CacheLogWriter
-from strata.topics import TopicNames
+from strata.binder.service import Service
+from strata.log.cachelog import CacheLogWriter
+from strata.log.topics import TopicNames
+from strata.schemas import Bind, BindCommand, BindFailed, BindSucceeded
 from tests.test_binder_support import (  # noqa: F401 - fixtures
     DELAYS,
     Env,
@@ -284,7 +284,7 @@ def test_malformed_commands_are_dead_lettered_and_counted_by_strata_bind(env: En
 
     from confluent_kafka import Producer
 
-    from schemas import EvictCommand, encode
+    from strata.schemas import EvictCommand, encode
     from tests.test_binder_support import subprocess_env
 
     names = TopicNames(env.settings.topic_prefix)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from binder.service import Service
-from schemas import Evict, EvictFailed, EvictSucceeded
-from strata.cachelog import CacheLogWriter
-from strata.topics import TopicNames
+from strata.binder.service import Service
+from strata.log.cachelog import CacheLogWriter
+from strata.log.topics import TopicNames
+from strata.schemas import Evict, EvictFailed, EvictSucceeded
 from tests.test_binder_support import (  # noqa: F401 - fixtures
     Env,
     check,

@@ -12,12 +12,12 @@ from collections import Counter
 
 import pytest
 
-from schemas import Bind, BindFailed, BindSucceeded
-from strata.cachelog import CacheLogWriter
 from strata.faults import Verdict
 from strata.faults.binder_crash import repeated_calls
 from strata.faults.common import api_writes
-from strata.topics import TopicNames
+from strata.log.cachelog import CacheLogWriter
+from strata.log.topics import TopicNames
+from strata.schemas import Bind, BindFailed, BindSucceeded
 from tests.test_binder_support import (  # noqa: F401 - fixtures
     Env,
     check,

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from ingest import watch
-from ingest.kube import KubeApi
-from projector.state import CacheState
-from schemas import Bind, Evict, decode
-from strata.cachelog import CacheLogReader, LogEntry
-from strata.config import Settings
-from strata.topics import drop_topics, ensure_topics
+from strata.ingest import watch
+from strata.kubeapi import KubeApi
+from strata.log.cachelog import CacheLogReader, LogEntry
+from strata.log.config import Settings
+from strata.log.topics import drop_topics, ensure_topics
+from strata.projector.state import CacheState
+from strata.schemas import Bind, Evict, decode
 
 DELAYS = (2, 4)  # retry tiers short enough for tests, long enough to act between attempts
 # Not TEST_PREFIX: another test session on the same broker deletes every topic under it when it

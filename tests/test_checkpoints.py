@@ -17,8 +17,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from projector.checkpoint import Checkpoint, CheckpointInfo, LogIdentity
-from projector.sqlstore import Base, SqlCheckpointStore, alembic_config, normalize_url, open_engine
+from strata.projector.checkpoint import Checkpoint, CheckpointInfo, LogIdentity
+from strata.projector.sqlstore import Base, SqlCheckpointStore, alembic_config, normalize_url, open_engine
 
 LOG = LogIdentity("strata.cache-log", "cluster-a", "schedulerNames=volcano;defaultQueue=default")
 
@@ -192,7 +192,7 @@ def test_migrations_create_the_schema_on_an_empty_database_and_are_idempotent(
                 ("uq_checkpoints_topic_cluster_id_fold_version", ["topic", "cluster_id", "fold", "version"])
             ]
             # the migrations build exactly what the models describe (the audit's models too)
-            import projector.auditstore  # noqa: F401
+            import strata.projector.auditstore  # noqa: F401
 
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:

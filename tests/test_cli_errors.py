@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from strata.config import Settings
+from strata.log.config import Settings
 from tests.test_cli import run
 from tests.test_kafka_cli import env_of
 

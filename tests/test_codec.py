@@ -7,7 +7,7 @@ import avro.schema
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from schemas import (
+from strata.schemas import (
     BadRecord,
     Bind,
     BindCommand,
@@ -30,9 +30,9 @@ from schemas import (
     default_catalog,
     encode,
 )
-from schemas.catalog import load_version
-from schemas.codec import decode_datum
-from schemas.records import RECORD_CLASSES
+from strata.schemas.catalog import load_version
+from strata.schemas.codec import decode_datum
+from strata.schemas.records import RECORD_CLASSES
 
 ONE_OF_EACH = [
     WatchEvent(

@@ -1,7 +1,7 @@
 import pytest
 
-from strata.config import DEFAULT_BOOTSTRAP, settings_from
-from strata.errors import StrataError
+from strata.log.config import DEFAULT_BOOTSTRAP, settings_from
+from strata.log.errors import StrataError
 
 
 def test_defaults():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from projector.replay import replay_file
+from strata.projector.replay import replay_file
 
 CONFORMANCE = Path(__file__).with_name("conformance")
 CASES = sorted(p.name.removesuffix(".expected.json") for p in CONFORMANCE.glob("*.expected.json"))

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from ingest.from_trace import publish_trace
-from ingest.trace import read_trace
-from projector.sqlstore import SqlCheckpointStore
-from scheduler.cache import LogCache
-from schemas import BadRecord, Digest, WatchEvent
-from strata.cachelog import LogEntry
-from strata.config import Settings
 from strata.digests import DIVERGENT, divergences
+from strata.ingest.from_trace import publish_trace
+from strata.ingest.trace import read_trace
+from strata.log.cachelog import LogEntry
+from strata.log.config import Settings
+from strata.projector.sqlstore import SqlCheckpointStore
+from strata.scheduler.cache import LogCache
+from strata.schemas import BadRecord, Digest, WatchEvent
 from tests.test_cli import run
 from tests.test_kafka_cli import env_of
 

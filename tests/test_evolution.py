@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from schemas import Catalog, default_catalog
-from schemas.catalog import AVSC_DIR
-from schemas.evolution import compatibility_problems, lock_entries, lock_problems, read_lock
+from strata.schemas import Catalog, default_catalog
+from strata.schemas.catalog import AVSC_DIR
+from strata.schemas.evolution import compatibility_problems, lock_entries, lock_problems, read_lock
 
 
 def test_released_schemas_are_frozen_and_all_released():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import BindFailed, BindSucceeded
 from strata.faults import FaultResult, Verdict, binder_crash, broker_loss, load, poison, projector_crash, watch_gaps
+from strata.schemas import BindFailed, BindSucceeded
 
 
 def test_a_result_without_controls_or_with_an_unseen_one_is_no_pass():

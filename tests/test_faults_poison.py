@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from strata.config import Settings
 from strata.faults import FaultContext, scenario
+from strata.log.config import Settings
 
 
 @pytest.mark.kafka

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ingest.trace import split_lines
-from projector import statecodec
-from projector.replay import fold_line, replay_bytes
-from projector.resources import BadQuantity, is_scalar_name, parse_quantity
-from projector.state import CacheState, FoldConfig
-from schemas import Bind, BindFailed, Evict, EvictFailed, WatchEvent, objectjson
+from strata.ingest.trace import split_lines
+from strata.projector import statecodec
+from strata.projector.replay import fold_line, replay_bytes
+from strata.projector.resources import BadQuantity, is_scalar_name, parse_quantity
+from strata.projector.state import CacheState, FoldConfig
+from strata.schemas import Bind, BindFailed, Evict, EvictFailed, WatchEvent, objectjson
 
 CONFORMANCE = Path(__file__).with_name("conformance")
 C06 = (CONFORMANCE / "c06.jsonl").read_bytes()
@@ -38,7 +38,7 @@ def _in_processes(code: str, trace: str, seeds: tuple[str, ...]) -> set[str]:
 def test_the_digest_does_not_depend_on_the_hash_seed():
     """Two processes with different string hashing compute the same bytes."""
     code = (
-        "import sys; from pathlib import Path; from projector.replay import replay_file;"
+        "import sys; from pathlib import Path; from strata.projector.replay import replay_file;"
         "print(replay_file(Path(sys.argv[1]))[0].snapshot().digest())"
     )
     assert len(_in_processes(code, "c05.jsonl", ("0", "1", "12345"))) == 1
@@ -75,8 +75,8 @@ def test_restoring_serialized_state_continues_the_fold_exactly(cut: int):
 
 def test_state_bytes_do_not_depend_on_the_hash_seed():
     code = (
-        "import sys, hashlib; from pathlib import Path; from projector.replay import replay_file;"
-        "from projector.statecodec import encode;"
+        "import sys, hashlib; from pathlib import Path; from strata.projector.replay import replay_file;"
+        "from strata.projector.statecodec import encode;"
         "print(hashlib.sha256(encode(replay_file(Path(sys.argv[1]))[0])).hexdigest())"
     )
     assert len(_in_processes(code, "c04.jsonl", ("3", "4"))) == 1
@@ -240,7 +240,7 @@ def test_scalar_names():
 
 def test_memoized_resource_lists_keep_booleans_bad():
     """As dict keys True == 1: the memo must not turn a boolean quantity into a good one."""
-    from projector.resources import parse_resources
+    from strata.projector.resources import parse_resources
 
     assert parse_resources({"cpu": 1}) == {"cpu": 1000}
     assert parse_resources({"cpu": "1"}) == {"cpu": 1000}
@@ -306,8 +306,8 @@ def test_hypernode_regex_of_the_common_subset_runs_in_linear_time():
     """The spec's constructs run on RE2: a pattern that makes a backtracking engine take 2^40 steps
     on a 43-character name is answered at once. Constructs outside the subset keep Python's meaning,
     as the conformance trace edge-12 expects (a lookahead selects nodes)."""
-    from projector.hypernodes import hypernode_entries
-    from projector.kinds import HyperNodeView, Member
+    from strata.projector.hypernodes import hypernode_entries
+    from strata.projector.kinds import HyperNodeView, Member
 
     long = "a" * 40 + "-x"
     nodes = {long: {}, "aaa": {}, "n1": {}, "n{,1}": {}}
@@ -328,8 +328,8 @@ def test_hypernode_regex_of_the_common_subset_runs_in_linear_time():
 
 
 def test_hypernode_regex_keeps_pythons_dollar_before_a_final_newline():
-    from projector.hypernodes import hypernode_entries
-    from projector.kinds import HyperNodeView, Member
+    from strata.projector.hypernodes import hypernode_entries
+    from strata.projector.kinds import HyperNodeView, Member
 
     hypernodes = {"h": HyperNodeView("h", 1, "", (Member("Node", None, "^n1$", None),))}
     assert hypernode_entries(hypernodes, {"n1\n": {}, "n1": {}, "n12": {}})["h"].nodes == ["n1", "n1\n"]

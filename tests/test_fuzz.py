@@ -28,12 +28,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.trace import BadLine, parse_line, split_lines
-from projector import audit
-from projector.auditstore import _SUMMARY
-from projector.replay import fold_line
-from projector.state import CacheState, Outcome
-from schemas import (
+from strata.ingest.trace import BadLine, parse_line, split_lines
+from strata.projector import audit
+from strata.projector.auditstore import _SUMMARY
+from strata.projector.replay import fold_line
+from strata.projector.state import CacheState, Outcome
+from strata.schemas import (
     BadRecord,
     Bind,
     BindFailed,
@@ -49,8 +49,8 @@ from schemas import (
     encode,
     objectjson,
 )
-from schemas.codec import MARKER
-from schemas.objectjson import MAX_DEPTH, NumberLiteral
+from strata.schemas.codec import MARKER
+from strata.schemas.objectjson import MAX_DEPTH, NumberLiteral
 
 CONFORMANCE = Path(__file__).with_name("conformance")
 GOOD_LINES = [line for _, line in split_lines((CONFORMANCE / "c04.jsonl").read_bytes())]
@@ -787,7 +787,7 @@ def test_long_quantities_scale_exactly(digits: str, multiplier: int, exponent: i
     import math
     from fractions import Fraction
 
-    from projector.resources import _ceil_scaled
+    from strata.projector.resources import _ceil_scaled
 
     expected = math.ceil(Fraction(int(digits) * multiplier) * Fraction(10) ** exponent)
     assert _ceil_scaled(digits, multiplier, exponent) == expected
@@ -801,7 +801,7 @@ def test_which_integers_are_bad_does_not_depend_on_the_environment(limit: str):
     import sys
 
     program = (
-        "from schemas import objectjson\n"
+        "from strata.schemas import objectjson\n"
         "for n in (700, 4300, 4301):\n"
         "    try:\n"
         "        print(len(objectjson.dumps(objectjson.loads('[-' + '9' * n + ']'))))\n"

@@ -9,10 +9,10 @@ from dataclasses import asdict
 
 import pytest
 
-from ingest.trace import SCHEDULER_RECORDS, WATCH_OPS
-from projector.replay import replay_bytes
 from strata import gen
 from strata.gen import GenStats, generate
+from strata.ingest.trace import SCHEDULER_RECORDS, WATCH_OPS
+from strata.projector.replay import replay_bytes
 
 SMALL = {"nodes": 50, "pods": 1500}
 LIVE = ("Pending", "Binding", "Bound", "Running", "Releasing")

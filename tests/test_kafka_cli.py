@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ingest.trace import read_trace, split_lines
-from schemas import BadRecord, WatchEvent, objectjson
-from strata.cachelog import CacheLogReader
-from strata.config import Settings
+from strata.ingest.trace import read_trace, split_lines
+from strata.log.cachelog import CacheLogReader
+from strata.log.config import Settings
+from strata.schemas import BadRecord, WatchEvent, objectjson
 from tests.test_cli import run
 
 pytestmark = pytest.mark.kafka

@@ -8,12 +8,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from schemas import BadRecord, encode
-from strata.cachelog import CacheLogReader, CacheLogWriter, DeliveryError, Publisher
-from strata.config import Settings
-from strata.errors import StrataError
-from strata.metrics import BAD_MESSAGES
-from strata.topics import TopicNames, ensure_topics, plan
+from strata.log.cachelog import CacheLogReader, CacheLogWriter, DeliveryError, Publisher
+from strata.log.config import Settings
+from strata.log.errors import StrataError
+from strata.log.metrics import BAD_MESSAGES
+from strata.log.topics import TopicNames, ensure_topics, plan
+from strata.schemas import BadRecord, encode
 from tests.test_codec import ONE_OF_EACH
 
 pytestmark = pytest.mark.kafka
@@ -122,7 +122,7 @@ def test_a_delivery_error_is_raised_not_dropped(kafka: Settings):
 
 
 def test_the_producer_is_idempotent(kafka: Settings):
-    from strata.cachelog import producer_config
+    from strata.log.cachelog import producer_config
 
     config = producer_config(kafka)
     assert config["enable.idempotence"] is True and config["acks"] == "all"

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from ingest.from_trace import publish_trace
-from projector.replay import replay_file
-from projector.runner import LogRunner
-from projector.sqlstore import SqlCheckpointStore
-from projector.state import FoldConfig
-from strata.config import Settings
-from strata.topics import ensure_topics
+from strata.ingest.from_trace import publish_trace
+from strata.log.config import Settings
+from strata.log.topics import ensure_topics
+from strata.projector.replay import replay_file
+from strata.projector.runner import LogRunner
+from strata.projector.sqlstore import SqlCheckpointStore
+from strata.projector.state import FoldConfig
 from tests.conftest import drop_topics
 from tests.test_cli import STRATA, run
 from tests.test_kafka_cli import env_of
@@ -133,7 +133,7 @@ def test_sigterm_stops_cleanly_with_a_final_checkpoint(kafka: Settings, tmp_path
 def test_undecodable_messages_take_their_place_and_are_quarantined(kafka: Settings, tmp_path: Path):
     from confluent_kafka import Producer
 
-    from schemas import Synced, encode
+    from strata.schemas import Synced, encode
 
     producer = Producer(kafka.client_config())
     for value in (encode(Synced("Pod")), b"\x00junk", encode(Synced("Node"))):

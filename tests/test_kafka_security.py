@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from strata.config import Settings
 from strata.devstack.kafka import KafkaBroker
 from strata.faults import FaultContext, scenario
+from strata.log.config import Settings
 from tests.test_cli import STRATA, run
 
 

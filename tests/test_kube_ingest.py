@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from ingest import watch
-from ingest.kube import KubeApi
-from projector.state import CacheState
-from schemas import Synced, WatchEvent
-from strata.cachelog import CacheLogReader
-from strata.config import Settings
+from strata.ingest import watch
+from strata.kubeapi import KubeApi
+from strata.log.cachelog import CacheLogReader
+from strata.log.config import Settings
+from strata.projector.state import CacheState
+from strata.schemas import Synced, WatchEvent
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kube]
 
@@ -275,8 +275,8 @@ def test_strata_ingest_watches_until_sigterm(cluster: tuple[Settings, KubeApi, s
 
 
 def test_verify_against_the_cluster(cluster: tuple[Settings, KubeApi, str], tmp_path: Any):
-    from schemas import Bind
-    from strata.cachelog import CacheLogWriter
+    from strata.log.cachelog import CacheLogWriter
+    from strata.schemas import Bind
     from tests.test_cli import run
     from tests.test_kafka_cli import env_of
 
@@ -311,9 +311,9 @@ def test_a_watch_gap_is_bridged_by_a_relist(cluster: tuple[Settings, KubeApi, st
     import threading
     from pathlib import Path
 
-    from ingest.kube import RESOURCES, Gone
-    from strata.cachelog import CacheLogWriter
     from strata.devstack import Stack
+    from strata.kubeapi import RESOURCES, Gone
+    from strata.log.cachelog import CacheLogWriter
 
     settings, api, ns = cluster
     api.request("POST", f"/api/v1/namespaces/{ns}/pods", _pod(ns, "stays", "pg"))

@@ -1,6 +1,6 @@
 import pytest
 
-from schemas.objectjson import NumberLiteral, dumps, loads
+from strata.schemas.objectjson import NumberLiteral, dumps, loads
 
 
 def test_numbers_keep_their_literal_text():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.kube import KubeApi
+from strata.kubeapi import KubeApi
 from tests.manifests import apply, load
 
 pytestmark = pytest.mark.kube

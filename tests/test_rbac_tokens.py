@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ingest.kube import KubeApi
-from strata.config import Settings
 from strata.devstack.apiserver import service_account_kubeconfig
 from strata.faults import FaultContext
 from strata.faults.rbac import run
+from strata.kubeapi import KubeApi
+from strata.log.config import Settings
 from tests.tokens import apply_component
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kube]

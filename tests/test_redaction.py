@@ -1,8 +1,8 @@
 import copy
 
-from ingest.redaction import LAST_APPLIED, redact
-from ingest.trace import parse_line
-from schemas import encode, objectjson
+from strata.ingest.redaction import LAST_APPLIED, redact
+from strata.ingest.trace import parse_line
+from strata.schemas import encode, objectjson
 
 SECRET = "hunter2-s3cr3t"
 

@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from ingest.kube import KubeApi
-from projector.state import CacheState, FoldConfig, node_allocatable
-from schemas import Bind, BindFailed, BindSucceeded
-from strata.cachelog import CacheLogReader
-from strata.config import Settings
+from strata.kubeapi import KubeApi
+from strata.log.cachelog import CacheLogReader
+from strata.log.config import Settings
+from strata.projector.kinds import FoldConfig, node_allocatable
+from strata.projector.state import CacheState
+from strata.schemas import Bind, BindFailed, BindSucceeded
 from tests.test_cli import STRATA
 from tests.test_kafka_cli import env_of
 

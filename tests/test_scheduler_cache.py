@@ -9,15 +9,16 @@ from typing import Any
 
 import pytest
 
-from ingest.trace import record_from_json
-from projector.sqlstore import SqlCheckpointStore
-from projector.state import CacheState, node_allocatable
-from scheduler.cache import ALL_KINDS, LogCache
-from scheduler.gang import plan, run_cycle
-from scheduler.interface import BindContext
-from schemas import Bind
-from strata.cachelog import CacheLogReader, CacheLogWriter
-from strata.config import Settings
+from strata.ingest.trace import record_from_json
+from strata.log.cachelog import CacheLogReader, CacheLogWriter
+from strata.log.config import Settings
+from strata.projector.kinds import node_allocatable
+from strata.projector.sqlstore import SqlCheckpointStore
+from strata.projector.state import CacheState
+from strata.scheduler.cache import ALL_KINDS, LogCache
+from strata.scheduler.gang import plan, run_cycle
+from strata.scheduler.interface import BindContext
+from strata.schemas import Bind
 
 pytestmark = pytest.mark.kafka
 GROUP = "scheduling.k8s.io/group-name"

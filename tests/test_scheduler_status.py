@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from ingest.kube import KubeApi
-from scheduler.event_recorder import ApiEventRecorder, job_status_event
-from scheduler.interface import JobStatus, QueueStatus
-from scheduler.status_updater import ALLOCATED_HYPERNODE, VOLCANO, StatusUpdater
+from strata.kubeapi import KubeApi
+from strata.scheduler.event_recorder import ApiEventRecorder, job_status_event
+from strata.scheduler.interface import JobStatus, QueueStatus
+from strata.scheduler.status_updater import ALLOCATED_HYPERNODE, VOLCANO, StatusUpdater
 
 pytestmark = pytest.mark.kube
 

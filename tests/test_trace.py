@@ -1,7 +1,7 @@
 import pytest
 
-from ingest.trace import parse_line, read_trace, split_lines
-from schemas import BadRecord, Bind, BindFailed, Evict, Synced, WatchEvent, objectjson
+from strata.ingest.trace import parse_line, read_trace, split_lines
+from strata.schemas import BadRecord, Bind, BindFailed, Evict, Synced, WatchEvent, objectjson
 
 
 def test_line_splitting():

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ingest.kube import KubeApi
 from strata.devstack.apiserver import service_account_kubeconfig
+from strata.kubeapi import KubeApi
 from tests.manifests import apply, load
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "rbac"

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from strata.devstack import build, etcd, process
-from strata.errors import StrataError
+from strata.log.errors import StrataError
 
 Log = Callable[[str], None]
 CRDS = files("strata.devstack") / "crds"

@@ -25,7 +25,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from strata.devstack.kafka import cache_root
-from strata.errors import StrataError
+from strata.log.errors import StrataError
 
 Log = Callable[[str], None]
 GO_MODULES = files("strata.devstack") / "go"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strata.devstack import build, process
-from strata.errors import StrataError
+from strata.log.errors import StrataError
 
 Log = Callable[[str], None]
 NAME = "strata"

@@ -40,9 +40,9 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from strata.config import kafka_properties_from_env
 from strata.devstack import process
-from strata.errors import StrataError
+from strata.log.config import kafka_properties_from_env
+from strata.log.errors import StrataError
 
 Log = Callable[[str], None]
 RESOURCES = files("strata.devstack")

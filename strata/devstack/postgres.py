@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 
 from strata.devstack import process
-from strata.errors import StrataError
+from strata.log.errors import StrataError
 
 Log = Callable[[str], None]
 SYSTEM_USER = "postgres"  # PostgreSQL refuses to run as root; Debian's package creates this user

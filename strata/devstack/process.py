@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from strata.errors import StrataError
+from strata.log.errors import StrataError
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from strata.config import Settings
+from strata.log.config import Settings
 
 # name -> module under strata.faults; every module has run(ctx) -> FaultResult
 SCENARIOS: dict[str, str] = {

@@ -28,12 +28,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ingest.kube import ApiError, KubeApi
-from projector.state import CacheState, FoldConfig
-from schemas import Bind, BindFailed, BindSucceeded, Evict, EvictFailed, EvictSucceeded
-from strata.cachelog import CacheLogReader, CacheLogWriter
-from strata.config import Settings
-from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import (
     STRATA,
@@ -46,6 +40,12 @@ from strata.faults.common import (
     terminate,
     until,
 )
+from strata.kubeapi import ApiError, KubeApi
+from strata.log.cachelog import CacheLogReader, CacheLogWriter
+from strata.log.config import Settings
+from strata.log.errors import StrataError
+from strata.projector.state import CacheState, FoldConfig
+from strata.schemas import Bind, BindFailed, BindSucceeded, Evict, EvictFailed, EvictSucceeded
 
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
 NODES = 4

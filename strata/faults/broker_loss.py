@@ -17,17 +17,17 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from ingest.trace import read_trace
-from projector.runner import LogRunner
-from projector.sqlstore import SqlCheckpointStore
-from projector.state import CacheState, FoldConfig
-from schemas import encode
-from strata.cachelog import CacheLogReader, CacheLogWriter
-from strata.config import Settings
 from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.cluster import ThreeBrokers
 from strata.faults.common import STRATA, env_for, fresh_log, terminate, until
 from strata.gen import generate
+from strata.ingest.trace import read_trace
+from strata.log.cachelog import CacheLogReader, CacheLogWriter
+from strata.log.config import Settings
+from strata.projector.runner import LogRunner
+from strata.projector.sqlstore import SqlCheckpointStore
+from strata.projector.state import CacheState, FoldConfig
+from strata.schemas import encode
 
 
 def run(ctx: FaultContext) -> FaultResult:

@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient
 
 from strata.devstack import process
 from strata.devstack.kafka import JVM_OPTS, RESOURCES, ensure_jars, java
-from strata.errors import StrataError
 from strata.faults.common import until
+from strata.log.errors import StrataError
 
 BASE_PORT = 29192  # brokers 29192..29194, controllers 29292..29294
 

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from projector.state import CacheState, FoldConfig
-from strata.cachelog import CacheLogReader, LogEntry
-from strata.config import Settings
-from strata.topics import drop_topics, ensure_topics
+from strata.log.cachelog import CacheLogReader, LogEntry
+from strata.log.config import Settings
+from strata.log.topics import drop_topics, ensure_topics
+from strata.projector.state import CacheState, FoldConfig
 
 STRATA = str(Path(sys.executable).with_name("strata"))
 
@@ -151,9 +151,9 @@ def create_node(api: Any, name: str, cpu: str = "64", memory: str = "256Gi", pod
 
 def fold_digests(trace: Path, versions: set[int]) -> dict[int, str]:
     """The digest of an uninterrupted fold of the trace at each of these versions (one pass)."""
-    from ingest.trace import split_lines
-    from projector.replay import fold_line
-    from projector.state import CacheState
+    from strata.ingest.trace import split_lines
+    from strata.projector.replay import fold_line
+    from strata.projector.state import CacheState
 
     state = CacheState()
     out = {}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA
-from strata.topics import drop_topics
+from strata.log.topics import drop_topics
 
 NAME = "kafka-sasl"
 REPO = Path(__file__).resolve().parents[2]

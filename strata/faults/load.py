@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ingest.trace import read_trace
-from strata.cachelog import CacheLogReader, CacheLogWriter
 from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA, env_for, fresh_log, until
 from strata.gen import generate
+from strata.ingest.trace import read_trace
+from strata.log.cachelog import CacheLogReader, CacheLogWriter
 
 _REPORT = re.compile(r"^version (\d+) lag (\d+)")
 _STOPPED = re.compile(r"^stopped at version (\d+)")

@@ -27,13 +27,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from ingest.from_trace import publish_trace
-from projector.runner import LogRunner
-from projector.sqlstore import SqlCheckpointStore
-from projector.state import FoldConfig
 from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA, env_for, fold_digests, fresh_log
 from strata.gen import generate
+from strata.ingest.from_trace import publish_trace
+from strata.projector.runner import LogRunner
+from strata.projector.sqlstore import SqlCheckpointStore
+from strata.projector.state import FoldConfig
 
 CHECKPOINT_EVERY = 2000  # records: checkpoints come every ~0.2 s, so kills land in writes too
 _RESTORED = re.compile(r"restored version (\d+)")

@@ -26,13 +26,13 @@ from typing import Any
 
 import yaml
 
-from ingest.kube import ApiError, KubeApi
-from schemas import Bind, BindSucceeded, Evict, EvictSucceeded, Synced
-from strata.cachelog import CacheLogReader, CacheLogWriter
-from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA, LogView, env_for, terminate, until
-from strata.topics import drop_topics, ensure_topics
+from strata.kubeapi import ApiError, KubeApi
+from strata.log.cachelog import CacheLogReader, CacheLogWriter
+from strata.log.errors import StrataError
+from strata.log.topics import drop_topics, ensure_topics
+from strata.schemas import Bind, BindSucceeded, Evict, EvictSucceeded, Synced
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = {"Pod", "Node", "PodGroup", "Queue", "PriorityClass", "CSINode", "HyperNode"}
@@ -302,9 +302,9 @@ class _Scenario:
             self._stop(name)
 
     def replica(self) -> None:
-        from scheduler.event_recorder import ApiEventRecorder
-        from scheduler.interface import JobStatus, QueueStatus
-        from scheduler.status_updater import StatusUpdater
+        from strata.scheduler.event_recorder import ApiEventRecorder
+        from strata.scheduler.interface import JobStatus, QueueStatus
+        from strata.scheduler.status_updater import StatusUpdater
 
         self.ctx.log("rbac: a replica's status writes and events with the strata-scheduler token")
         self.granted("scheduler", f"{VOLCANO}/namespaces/{self.ns}/podgroups/pg")

@@ -27,10 +27,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ingest.kube import ApiError, KubeApi
-from strata.errors import StrataError
 from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA, create_node, env_for, fresh_log, pod_body, terminate
+from strata.kubeapi import ApiError, KubeApi
+from strata.log.errors import StrataError
 
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
 NODES = 3

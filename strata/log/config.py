@@ -11,51 +11,17 @@ from __future__ import annotations
 import logging
 import os
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from strata.errors import StrataError
+from strata.log.errors import StrataError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 DEFAULT_TOPIC_PREFIX = "strata."
 DEFAULT_DATA_DIR = ".strata"
 KAFKA_LOGGER = logging.getLogger("strata.kafka")
-# what librdkafka says when a broker refuses us, as opposed to being unreachable
-_REFUSAL = re.compile(
-    r"(SASL authentication error|SSL handshake failed|certificate verify failed|Authentication failed)"
-)
-_LOG_PREFIX = re.compile(r"^(?:\S+ )?\[rdkafka#[^]]*\] \[thrd:[^]]*\]: (?:\S+: )?")
-_LOG_TIMING = re.compile(r" \(after \d+ms in state \w+\)")
-
-
-class BrokerRefusals(logging.Handler):
-    """Keeps the last failed authentication or TLS handshake that librdkafka logged (a wrong
-    password, a certificate one side does not trust).
-
-    A client that cannot authenticate ends with "All broker connections are down" or a timeout;
-    the CLI adds a recent refusal to such a Kafka error so that its one line names the cause.
-    librdkafka never logs a password."""
-
-    RECENT_S = 120.0  # an old refusal, since recovered from, explains nothing
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self._last: tuple[float, str] | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if _REFUSAL.search(text):
-            self._last = (time.monotonic(), _LOG_TIMING.sub("", _LOG_PREFIX.sub("", text, count=1)))
-
-    def recent(self) -> str | None:
-        if self._last is None or time.monotonic() - self._last[0] > self.RECENT_S:
-            return None
-        return self._last[1]
-
-
 _PASS_THROUGH_ENV = re.compile(r"^STRATA_KAFKA_(SECURITY_PROTOCOL|SASL_[A-Z0-9_]+|SSL_[A-Z0-9_]+)$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]*$")
 

@@ -16,8 +16,8 @@ from typing import Literal
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, TopicMetadata
 
-from strata.config import Settings
-from strata.errors import StrataError
+from strata.log.config import Settings
+from strata.log.errors import StrataError
 
 Work = Literal["bind", "evict"]
 WORKS: tuple[Work, ...] = ("bind", "evict")

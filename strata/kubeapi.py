@@ -1,4 +1,5 @@
-"""The Kubernetes API as the watch adapters need it: raw JSON LIST pages and WATCH lines.
+"""The Kubernetes API edge: one client for the watch adapters (raw JSON LIST pages and WATCH
+lines), the binder's and evictor's writes, status updates and verify.
 
 The official client does the kubeconfig, TLS and credentials; the generated model layer is
 skipped (it is slow, and its types would round floats and reject fields it does not know), so
@@ -15,8 +16,8 @@ from typing import Any
 
 from kubernetes import client, config
 
-from schemas import objectjson
-from strata.errors import StrataError
+from strata.log.errors import StrataError
+from strata.schemas import objectjson
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from schemas import BadRecord, CodecError, LogRecord, decode, encode
-from schemas.records import Record
-from strata.config import Settings
-from strata.errors import StrataError
-from strata.metrics import BAD_MESSAGES, PUBLISHED
-from strata.topics import MAX_MESSAGE_BYTES, TopicNames
+from strata.log.config import Settings
+from strata.log.errors import StrataError
+from strata.log.metrics import BAD_MESSAGES, PUBLISHED
+from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames
+from strata.schemas import BadRecord, CodecError, LogRecord, decode, encode
+from strata.schemas.records import Record
 
 Headers = list[tuple[str, bytes]]
 _NOT_YET = frozenset(  # answers about a topic that a broker does not fully know yet
@@ -335,19 +335,6 @@ def bad_record(value: bytes, offset: int, topic: str, message: str) -> BadRecord
 def _is_eof(msg: Message) -> bool:
     err = msg.error()
     return err is not None and err.code() == KafkaError._PARTITION_EOF
-
-
-class GapError(StrataError):
-    """The cache log skips an offset: a snapshot's version would no longer be its offset + 1."""
-
-
-def check_contiguous(topic: str, offset: int, version: int) -> None:
-    """Raise unless ``offset`` is the next one after ``version`` records."""
-    if offset != version:
-        raise GapError(
-            f"{topic}: the record at offset {offset} follows {version} records; the cache log must have no gaps "
-            "(a transactional producer or compaction leaves some) so that a snapshot's version is its offset + 1"
-        )
 
 
 def _is_log_record(record: Record) -> bool:
