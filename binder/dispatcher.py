@@ -25,6 +25,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from strata.binder import metrics, txn
+from strata.log.cachelog import is_log_record, offset_of
 from strata.log.config import Settings
 from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames
 from strata.projector.state import CacheState, FoldConfig
@@ -160,7 +161,7 @@ class Dispatcher:
             if err.code() != KafkaError._PARTITION_EOF:
                 log.warning("dispatcher: %s", err.str())
             return
-        offset = msg.offset()
+        offset = offset_of(msg)
         if offset < self.next_offset:
             return  # fetched before a rewind
         assert self.state is not None
@@ -231,6 +232,6 @@ def _decode(value: bytes, offset: int) -> LogRecord:
         record = decode(value)
     except CodecError as exc:
         return BadRecord(raw=value, error=f"offset {offset}: {exc}", source="dispatcher")
-    if not record.SCHEMA.startswith("strata.log."):
-        return BadRecord(raw=value, error=f"offset {offset}: {record.SCHEMA} in the cache log", source="dispatcher")
-    return record  # type: ignore[return-value]
+    if is_log_record(record):
+        return record
+    return BadRecord(raw=value, error=f"offset {offset}: {record.SCHEMA} in the cache log", source="dispatcher")

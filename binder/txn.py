@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from strata.log.cachelog import producer_config
+from strata.log.cachelog import Headers, producer_config
 from strata.log.config import Settings
 
 log = logging.getLogger("strata.binder")
@@ -64,11 +64,18 @@ def call(op: Callable[[], T], attempts: int = 5) -> T:
     raise AssertionError("unreachable")
 
 
-def produce(producer: Producer, topic: str, value: bytes, **kwargs: object) -> None:
+def produce(
+    producer: Producer,
+    topic: str,
+    value: bytes,
+    key: bytes | None = None,
+    partition: int = -1,  # librdkafka's "unassigned": the partitioner chooses
+    headers: Headers | None = None,
+) -> None:
     """Queue one message inside the open transaction; waits while the local queue is full."""
     while True:
         try:
-            producer.produce(topic, value=value, **kwargs)  # type: ignore[arg-type]
+            producer.produce(topic, value=value, key=key, partition=partition, headers=headers)
             return
         except BufferError:
             producer.poll(0.05)

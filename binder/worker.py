@@ -44,7 +44,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from strata.binder import metrics, txn
 from strata.binder.actions import Action, Result
-from strata.log.cachelog import Publisher, record_key
+from strata.log.cachelog import Headers, Publisher, offset_of, record_key, where
 from strata.log.config import Settings
 from strata.log.topics import TopicNames, Work
 from strata.schemas import CodecError, LogRecord, decode, encode
@@ -232,7 +232,7 @@ class CommandWorker:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("%s: %s", self.stage.topic, err.str())
                 continue
-            tp = (msg.topic(), msg.partition())
+            tp = where(msg)
             if tp in held or tp in self._paused:
                 continue  # fetched before the pause took effect; read again once due
             if self.stage.delay_s:
@@ -242,7 +242,7 @@ class CommandWorker:
                     self._hold(consumer, msg, due)
                     continue
             item = self._decoded(msg)
-            item.suspect = self._suspect(tp, msg.offset())
+            item.suspect = self._suspect(tp, offset_of(msg))
             items.append(item)
         return items
 
@@ -254,10 +254,11 @@ class CommandWorker:
         return offset < self._suspect_below.get(tp, 0)
 
     def _hold(self, consumer: Consumer, msg: Message, due_ms: int) -> None:
-        tp = TopicPartition(msg.topic(), msg.partition(), msg.offset())
+        topic, partition = where(msg)
+        tp = TopicPartition(topic, partition, offset_of(msg))
         consumer.pause([tp])
         consumer.seek(tp)  # the head is read again after the resume
-        self._paused[(msg.topic(), msg.partition())] = due_ms
+        self._paused[(topic, partition)] = due_ms
 
     def _resume_due(self, consumer: Consumer) -> None:
         if not self._paused:
@@ -306,7 +307,7 @@ class CommandWorker:
         assert producer is not None
         offsets: dict[tuple[str, int], int] = {}
         for item in items:
-            offsets[(item.msg.topic(), item.msg.partition())] = item.msg.offset() + 1
+            offsets[where(item.msg)] = offset_of(item.msg) + 1
         txn.call(producer.begin_transaction)
         # Offsets first, records after. The offset commit can wait on a rebalance (which this
         # consumer joins only when it polls again): it must not do so while the transaction holds
@@ -354,22 +355,23 @@ class CommandWorker:
 
     def _forward(self, producer: Producer, msg: Message, topic: str, error: str, reason: str = "") -> None:
         old = dict(msg.headers() or [])
+        source, partition = where(msg)
         attempt = int(old.get(ATTEMPT, b"0") or 0) + 1
         delay = 0
         if topic != self.dead_letter:
             delay = self.settings.retry_delays_s[self._tier_index(topic)]
-        headers = [
+        headers: Headers = [
             (ATTEMPT, str(attempt).encode()),
-            (ORIGINAL_TOPIC, old.get(ORIGINAL_TOPIC) or msg.topic().encode()),
-            (ORIGINAL_PARTITION, old.get(ORIGINAL_PARTITION) or str(msg.partition()).encode()),
-            (ORIGINAL_OFFSET, old.get(ORIGINAL_OFFSET) or str(msg.offset()).encode()),
+            (ORIGINAL_TOPIC, old.get(ORIGINAL_TOPIC) or source.encode()),
+            (ORIGINAL_PARTITION, old.get(ORIGINAL_PARTITION) or str(partition).encode()),
+            (ORIGINAL_OFFSET, old.get(ORIGINAL_OFFSET) or str(offset_of(msg)).encode()),
             (ERROR, error.encode()[:2000]),
             (DUE_MS, str(int(time.time() * 1000) + delay * 1000).encode()),
         ]
         if reason:
             headers.append((REASON, reason.encode()))
         # the same partition as the source: a pod's commands stay together (the tiers have as many)
-        txn.produce(producer, topic, msg.value() or b"", key=msg.key(), partition=msg.partition(), headers=headers)
+        txn.produce(producer, topic, msg.value() or b"", key=msg.key(), partition=partition, headers=headers)
 
     def _tier_index(self, topic: str) -> int:
         names = TopicNames(self.settings.topic_prefix)
@@ -378,8 +380,8 @@ class CommandWorker:
     def _rewind(self, consumer: Consumer, done: list[_Item]) -> None:
         """Back to the committed offsets; the batch just carried out is suspect when read again."""
         for item in done:
-            tp = (item.msg.topic(), item.msg.partition())
-            self._suspect_below[tp] = max(self._suspect_below.get(tp, 0), item.msg.offset() + 1)
+            tp = where(item.msg)
+            self._suspect_below[tp] = max(self._suspect_below.get(tp, 0), offset_of(item.msg) + 1)
         self._paused.clear()
         assignment = consumer.assignment()
         if assignment:

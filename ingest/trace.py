@@ -106,7 +106,7 @@ def record_from_json(value: Any, source: str) -> LogRecord:
         return _watch_event(kind, value.get("object"), source)
     if isinstance(kind, str) and kind in SCHEDULER_RECORDS:
         cls, required, optional = SCHEDULER_RECORDS[kind]
-        fields = {name: _string(value, name, kind) for name in required}
+        fields: dict[str, str | int] = {name: _string(value, name, kind) for name in required}
         for name in optional:
             if value.get(name) is not None:
                 fields[name] = _string(value, name, kind)

@@ -114,7 +114,7 @@ class KindAdapter:
                 obj = {"apiVersion": self.resource.api_version, "kind": self.resource.kind, **item}
                 identity = self._identity(obj)
                 seen.add(identity)
-                meta = obj.get("metadata") or {}
+                meta: dict[str, Any] = obj.get("metadata") or {}
                 known = self.memory.get(identity)
                 if known is None:
                     self._publish("ADDED", obj, "relist")
@@ -126,7 +126,7 @@ class KindAdapter:
         for identity in [i for i in self.memory if i not in seen]:
             known = self.memory[identity]
             kind, namespace, name = identity
-            meta: dict[str, Any] = {"name": name, "uid": known.uid, "resourceVersion": known.resource_version}
+            meta = {"name": name, "uid": known.uid, "resourceVersion": known.resource_version}
             if namespace:
                 meta["namespace"] = namespace
             self._publish(
@@ -160,8 +160,7 @@ class KindAdapter:
         kind = event.get("type") if isinstance(event, dict) else None
         obj = event.get("object") if isinstance(event, dict) else None
         if kind == "ERROR":
-            status = obj.get("code") if isinstance(obj, dict) else None
-            if status == 410:
+            if isinstance(obj, dict) and obj.get("code") == 410:
                 raise Gone(410, str(obj.get("message")))
             raise StrataError(f"watch of {self.resource.kind} failed: {obj}")
         if not isinstance(obj, dict):

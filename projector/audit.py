@@ -33,6 +33,9 @@ from strata.schemas import (
 )
 from strata.schemas.records import LogRecord
 
+# the records a scheduler writes: each names its pod by uid
+SchedulerRecord = Bind | BindFailed | Evict | EvictFailed | BindSucceeded | EvictSucceeded
+
 # fields of a pod that a history shows as they change
 POD_FIELDS = ("phase", "nodeName", "deletionTimestamp", "annotations", "requests")
 _SUBJECT_OF_KIND = {
@@ -136,9 +139,15 @@ def pod_fields(obj: Any) -> dict[str, Any]:
     """The fields of a pod object a history shows (absent ones as None)."""
     if not isinstance(obj, dict):
         return {}
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if not isinstance(meta, dict):
+        meta = {}
+    if not isinstance(spec, dict):
+        spec = {}
+    if not isinstance(status, dict):
+        status = {}
     requests = {}
     for group in ("initContainers", "containers"):
         containers = spec.get(group)
@@ -156,9 +165,11 @@ def pod_fields(obj: Any) -> dict[str, Any]:
     }
 
 
-def _scheduler(offset: int, time_ms: int, record: LogRecord, outcome: Outcome, ctx: PodContext | None) -> AuditEntry:
+def _scheduler(
+    offset: int, time_ms: int, record: SchedulerRecord, outcome: Outcome, ctx: PodContext | None
+) -> AuditEntry:
     kind = record.TYPE
-    uid: str = record.pod  # type: ignore[union-attr]
+    uid = record.pod
     summary: dict[str, Any] = {"pod": uid}
     subjects = [f"uid:{uid}"]
     node = ""

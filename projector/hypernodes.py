@@ -9,13 +9,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
-from re import _constants as _c
-from re import _parser
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import re2
 
 from strata.projector.kinds import HyperNodeView, Member, Requirements
+
+if TYPE_CHECKING:
+    # typeshed has stubs for re's private modules under their pre-3.11 names, which are the same modules
+    import sre_constants as _c
+    import sre_parse as _parser
+else:
+    from re import _constants as _c
+    from re import _parser
 
 
 class HyperNodeEntry(NamedTuple):
@@ -84,7 +90,7 @@ def _compiled(pattern: str) -> Callable[[str], object] | None:
         python = re.compile(pattern).search
     except (re.error, RecursionError, OverflowError):
         return None
-    if parsed.state.flags & ~re.UNICODE or not _plain(parsed) or _DIFFERENT_TEXT.search(pattern):
+    if parsed.state.flags & ~re.UNICODE or not _plain(parsed.data) or _DIFFERENT_TEXT.search(pattern):
         return python
     try:
         linear = re2.compile(pattern, _RE2_OPTIONS).search

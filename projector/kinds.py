@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from strata.projector.resources import BadQuantity, Resources, exponent_of, parse_resources
 from strata.projector.task import TaskStatus
@@ -52,6 +52,7 @@ _GO_BOOL = {
 _GO_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _OVERSUB = re.compile(r"(?P<sign>[+-]?)(?P<int>[0-9]+)?(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[+-]?[0-9]+))?", re.ASCII)
 _PHASES = {"Running", "Pending", "Succeeded", "Failed"}
+_T = TypeVar("_T")
 
 
 def known(kind: tuple[Any, Any]) -> bool:
@@ -84,8 +85,8 @@ def _arr(parent: dict[str, Any], key: str, what: str) -> list[Any]:
     raise BadObject(f"{what}.{key} is not an array")
 
 
-def _typed(parent: dict[str, Any], key: str, what: str, kind: type, noun: str) -> Any:
-    value = parent.get(key)
+def _typed(parent: dict[str, Any], key: str, what: str, kind: type[_T], noun: str) -> _T | None:
+    value: _T | None = parent.get(key)  # parsed JSON: the test below makes the annotation true
     if value is None or type(value) is kind:  # `type is`, not isinstance: a bool is no integer here
         return value
     raise BadObject(f"{what}.{key} is not {noun}")
@@ -601,6 +602,7 @@ def hypernode_view(obj: dict[str, Any]) -> HyperNodeView:
     for m in _arr(spec, "members", "spec"):
         if type(m) is not dict:
             raise BadObject("spec.members holds an element that is not an object")
+        member_type = m.get("type")
         selector = m.get("selector")
         selector = selector if type(selector) is dict else {}
         exact = selector.get("exactMatch")
@@ -609,7 +611,7 @@ def hypernode_view(obj: dict[str, Any]) -> HyperNodeView:
         pattern = regex.get("pattern") if type(regex) is dict else None
         members.append(
             Member(
-                type=m.get("type") if type(m.get("type")) is str else "",
+                type=member_type if type(member_type) is str else "",
                 exact=exact_name if type(exact_name) is str and exact_name else None,
                 regex=pattern if type(pattern) is str and pattern else None,
                 labels=label_requirements(selector.get("labelMatch")),

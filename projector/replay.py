@@ -61,7 +61,8 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
             # The fold checks the identity of the kinds it reads; others need the trace
             # format's own required fields to be a record at all.
             if type(obj) is not dict:
-                check_watch(op, obj)
+                check_watch(op, obj)  # raises BadLine: a watch event without an object
+                raise AssertionError("check_watch accepted a watch event without an object")
             kind = (obj.get("apiVersion"), obj.get("kind"))
             if not kinds.known(kind):
                 check_watch(op, obj)

@@ -131,7 +131,9 @@ def _ceil_scaled(digits: str, multiplier: int, exponent: int) -> int:
     """
     if len(digits) <= 600:  # below any limit PYTHONINTMAXSTRDIGITS can set (640 at the least)
         numerator = int(digits) * multiplier
-        return numerator * 10**exponent if exponent >= 0 else -((-numerator) // 10**-exponent)
+        # typeshed types int ** int as Any (a negative exponent gives a float); both are >= 0 here
+        ceiled: int = numerator * 10**exponent if exponent >= 0 else -((-numerator) // 10**-exponent)
+        return ceiled
     exact = decimal.Context(
         prec=len(digits) + len(str(multiplier)) + 1,
         Emax=decimal.MAX_EMAX,

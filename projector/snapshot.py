@@ -10,13 +10,20 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from strata.projector import kinds
 from strata.projector.cowmap import FrozenMap
 from strata.projector.hypernodes import hypernode_entries
 from strata.projector.resources import nonzero
 from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
+
+
+class _Rendered(TypedDict, total=False):
+    """What a snapshot has rendered so far (each is rendered once, on demand)."""
+
+    json: dict[str, Any]
+    bytes: bytes
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,7 +40,7 @@ class Snapshot:
     priority_classes: FrozenMap[str, kinds.PriorityClassView]
     default_priority: int
     hypernodes: FrozenMap[str, kinds.HyperNodeView]
-    _rendered: dict[str, Any] = field(default_factory=dict, repr=False)
+    _rendered: _Rendered = field(default_factory=_Rendered, repr=False)
 
     def node_list(self) -> list[str]:
         return sorted(self.nodes.keys(), key=self.node_seq.__getitem__)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from strata.log.errors import StrataError
-from strata.projector.checkpoint import Checkpoint, CheckpointInfo, LogIdentity
+from strata.projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000  # how long a writer waits for another (a large checkpoint takes a while)
 MIGRATIONS = "strata.projector:migrations"  # Alembic resolves package:path, so the installed package is enough
@@ -47,7 +48,11 @@ _MIGRATION_LOCK = 0x5354_5241_5441  # "STRATA": a PostgreSQL advisory lock key h
 # Alembic's ``context`` and ``op`` are module-level proxies: one migration at a time per process.
 _ALEMBIC = threading.Lock()
 
-_INSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+# INSERT ... ON CONFLICT DO NOTHING exists only in the dialects' own Insert classes
+_INSERTS: dict[str, Callable[[type[Base]], sqlite.Insert | postgresql.Insert]] = {
+    "sqlite": sqlite.insert,
+    "postgresql": postgresql.insert,
+}
 
 # Explicit constraint names, so every database (and every later migration) agrees on them.
 NAMING_CONVENTION = {
@@ -234,6 +239,12 @@ class SqlCheckpointStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def _implements(store: SqlCheckpointStore) -> CheckpointStore:
+    """Never called: mypy checks here that SqlCheckpointStore satisfies the CheckpointStore
+    Protocol (like kube-scheduler's `var _ Cache = &cacheImpl{}`) and names any member that differs."""
+    return store
 
 
 def _of(log: LogIdentity) -> tuple[Any, ...]:

@@ -19,7 +19,8 @@ from typing import Any, NamedTuple
 from strata.log.errors import GapError
 from strata.projector import kinds
 from strata.projector.cowmap import CowMap
-from strata.projector.kinds import BadObject, FoldConfig, PodView, node_allocatable
+from strata.projector.kinds import BadObject, PodView, node_allocatable
+from strata.projector.kinds import FoldConfig as FoldConfig  # re-exported: the fold's settings
 from strata.projector.snapshot import Snapshot
 from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
 from strata.schemas import (
@@ -172,41 +173,43 @@ class CacheState:
         if kind == kinds.POD:
             return self._upsert_pod(kinds.pod_view(obj, self._scheduler_names))
         if kind == kinds.NODE:
-            view = kinds.node_view(obj)
-            if view.name not in self.nodes:
-                self.node_seq[view.name] = self.next_node_seq
+            node = kinds.node_view(obj)
+            if node.name not in self.nodes:
+                self.node_seq[node.name] = self.next_node_seq
                 self.next_node_seq += 1
-            self.nodes[view.name] = view
+            self.nodes[node.name] = node
         elif kind == kinds.PODGROUP:
-            view = kinds.podgroup_view(obj)
-            key = f"{view.namespace}/{view.name}"
-            stored = self.podgroups.get(key)
-            if stored is not None and stored.resource_version == view.resource_version:
+            podgroup = kinds.podgroup_view(obj)
+            key = f"{podgroup.namespace}/{podgroup.name}"
+            stored_podgroup = self.podgroups.get(key)
+            if stored_podgroup is not None and stored_podgroup.resource_version == podgroup.resource_version:
                 return Outcome("ignored", "resourceVersion unchanged")
-            self.podgroups[key] = view
+            self.podgroups[key] = podgroup
         elif kind == kinds.QUEUE:
-            view = kinds.queue_view(obj)
-            stored = self.queues.get(view.name)
-            if stored is not None and stored.resource_version == view.resource_version:
+            queue = kinds.queue_view(obj)
+            stored_queue = self.queues.get(queue.name)
+            if stored_queue is not None and stored_queue.resource_version == queue.resource_version:
                 return Outcome("ignored", "resourceVersion unchanged")
-            self.queues[view.name] = view
+            self.queues[queue.name] = queue
         elif kind == kinds.PRIORITY_CLASS:
-            view = kinds.priority_class_view(obj)
-            self._delete_priority_class(view.name)
-            self.priority_classes[view.name] = view
-            if view.global_default:
-                self.default_priority = view.value
+            priority_class = kinds.priority_class_view(obj)
+            self._delete_priority_class(priority_class.name)
+            self.priority_classes[priority_class.name] = priority_class
+            if priority_class.global_default:
+                self.default_priority = priority_class.value
         elif kind == kinds.CSINODE:
-            view = kinds.csinode_view(obj)
-            self.csinodes[view.name] = view
+            csinode = kinds.csinode_view(obj)
+            self.csinodes[csinode.name] = csinode
         else:
-            view = kinds.hypernode_view(obj)
-            self.hypernodes[view.name] = view
+            hypernode = kinds.hypernode_view(obj)
+            self.hypernodes[hypernode.name] = hypernode
         return APPLIED
 
     def _delete(self, kind: tuple[str, str], obj: dict[str, Any]) -> Outcome:
         meta = obj.get("metadata")
-        name = meta.get("name") if type(meta) is dict else None
+        if type(meta) is not dict:
+            return Outcome("bad", "metadata.name is missing")
+        name = meta.get("name")
         if type(name) is not str:
             return Outcome("bad", "metadata.name is missing")
         if kind in kinds.NAMESPACED:
@@ -277,14 +280,15 @@ class CacheState:
             self._add_used(task.node, task.resreq, -1)
 
     def _set_task(self, uid: str, old: PodView | None, new: PodView) -> None:
-        was = old is not None and old.node and old.status not in OFF_NODE
         counts = new.node and new.status not in OFF_NODE
-        # Binding -> Running on the same node is the common move: its usage does not change.
-        if not (was and counts and old.node == new.node and old.resreq == new.resreq):  # type: ignore[union-attr]
-            if was:
-                self._add_used(old.node, old.resreq, -1)  # type: ignore[union-attr]
-            if counts:
-                self._add_used(new.node, new.resreq, 1)
+        if old is not None and old.node and old.status not in OFF_NODE:
+            # Binding -> Running on the same node is the common move: its usage does not change.
+            if not (counts and old.node == new.node and old.resreq == new.resreq):
+                self._add_used(old.node, old.resreq, -1)
+                if counts:
+                    self._add_used(new.node, new.resreq, 1)
+        elif counts:
+            self._add_used(new.node, new.resreq, 1)
         self.tasks[uid] = new
 
     def _add_used(self, node: str, resreq: dict[str, int], sign: int) -> None:

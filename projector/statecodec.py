@@ -8,6 +8,7 @@ Python's hash seed; ``decode(encode(s))`` continues the fold exactly where ``s``
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import zstandard
@@ -43,7 +44,7 @@ def encode(state: CacheState) -> bytes:
         "tasks": tasks,
         "overlays": [[uid, overlay, origin] for uid, (overlay, origin) in sorted(state.overlays.items())],
         "nodeUsed": _rows(state.node_used),
-        "nodes": [[k, list(v._replace(taints=[list(t) for t in v.taints]))] for k, v in sorted(state.nodes.items())],
+        "nodes": [[k, _node_row(v)] for k, v in sorted(state.nodes.items())],
         "nodeSeq": _rows(state.node_seq),
         "nextNodeSeq": state.next_node_seq,
         "csinodes": _rows(state.csinodes),
@@ -51,13 +52,27 @@ def encode(state: CacheState) -> bytes:
         "queues": _rows(state.queues),
         "priorityClasses": _rows(state.priority_classes),
         "defaultPriority": state.default_priority,
-        "hypernodes": [
-            [k, list(v._replace(members=[list(m) for m in v.members]))] for k, v in sorted(state.hypernodes.items())
-        ],
+        "hypernodes": [[k, _hypernode_row(v)] for k, v in sorted(state.hypernodes.items())],
         "synced": sorted(state.synced),
     }
     raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return zstandard.ZstdCompressor(level=3).compress(raw)
+
+
+_TAINTS = kinds.NodeView._fields.index("taints")
+_MEMBERS = kinds.HyperNodeView._fields.index("members")
+
+
+def _node_row(node: kinds.NodeView) -> list[Any]:
+    row: list[Any] = list(node)
+    row[_TAINTS] = [list(t) for t in node.taints]
+    return row
+
+
+def _hypernode_row(hypernode: kinds.HyperNodeView) -> list[Any]:
+    row: list[Any] = list(hypernode)
+    row[_MEMBERS] = [list(m) for m in hypernode.members]
+    return row
 
 
 def decode(data: bytes) -> CacheState:
@@ -104,7 +119,7 @@ def decode(data: bytes) -> CacheState:
     return state
 
 
-def _requirements(rows: list[Any] | None) -> kinds.Requirements | None:
+def _requirements(rows: Iterable[Sequence[Any]] | None) -> kinds.Requirements | None:
     return None if rows is None else tuple((key, op, tuple(values)) for key, op, values in rows)
 
 

@@ -8,11 +8,11 @@ local fold, so a replica never trusts its own intention over the log's order.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from prometheus_client import Counter, Histogram
 
@@ -27,7 +27,7 @@ from strata.projector.runner import LogRunner
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig, Outcome
 from strata.scheduler.event_recorder import ApiEventRecorder, job_status_event
-from strata.scheduler.interface import BindContext, BindResult, EvictResult, JobStatus, QueueStatus
+from strata.scheduler.interface import BindContext, BindResult, Cache, EvictResult, JobStatus, QueueStatus
 from strata.scheduler.status_updater import StatusUpdater
 from strata.schemas import Bind, Evict
 
@@ -97,7 +97,9 @@ class LogCache:
                 self._failure = exc
                 self._changed.notify_all()
 
-    def _wait(self, done: Any, stop: threading.Event | None = None, timeout_s: float | None = None) -> bool:
+    def _wait(
+        self, done: Callable[[], bool], stop: threading.Event | None = None, timeout_s: float | None = None
+    ) -> bool:
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.wait_timeout_s)
         with self._changed:
             while not done():
@@ -156,16 +158,17 @@ class LogCache:
         return EvictResult(offset, outcome.result == "applied", outcome.reason)
 
     def _publish(self, records: Sequence[Bind | Evict]) -> list[tuple[int, Outcome]]:
-        offsets: list[int | None] = [None] * len(records)
+        reported: dict[int, int] = {}  # record's index -> its offset
         for i, record in enumerate(records):
-            self.writer.append(record, on_offset=lambda offset, i=i: offsets.__setitem__(i, offset))
+            self.writer.append(record, on_offset=functools.partial(reported.__setitem__, i))
         self.writer.flush()
-        if any(o is None for o in offsets):
+        if len(reported) != len(records):
             raise StrataError("the broker took a record without reporting its offset")
-        last = max(offsets)  # type: ignore[type-var]
+        offsets = [reported[i] for i in range(len(records))]
+        last = max(offsets)
         self._wait(lambda: self._state is not None and self._state.version > last)
         with self._changed:
-            return [(o, self._outcomes.pop(o)) for o in offsets]  # type: ignore[misc]
+            return [(o, self._outcomes.pop(o)) for o in offsets]
 
     # ------------------------------------------------------------------------ status writes
     def client(self) -> KubeApi:
@@ -195,3 +198,9 @@ class LogCache:
         if self._session_started is not None:
             SESSIONS.labels(self.replica).observe(time.monotonic() - self._session_started)
             self._session_started = None
+
+
+def _implements_cache(cache: LogCache) -> Cache:
+    """Never called: mypy checks here that LogCache satisfies the Cache protocol, method for method
+    (as kube-scheduler's ``var _ Cache = &cacheImpl{}``)."""
+    return cache

@@ -82,9 +82,11 @@ class Catalog:
 def load_version(path: Path, version: int) -> SchemaVersion:
     source = json.loads(path.read_text(encoding="utf-8"))
     parsed = parse_schema(source)
+    if not isinstance(parsed, dict):  # a union (list) or a primitive (str) has no name
+        raise ValueError(f"{path.name} holds no named schema")
     pcf = to_parsing_canonical_form(parsed)
     fp = bytes.fromhex(fingerprint(pcf, "CRC-64-AVRO"))
-    full_name = parsed["name"]
+    full_name: str = parsed["name"]
     if path.name.split(".v")[0] != full_name.rsplit(".", 1)[-1]:
         raise ValueError(f"{path.name} holds schema {full_name}")
     return SchemaVersion(full_name, version, path, source, parsed, fp)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from fastavro import schemaless_reader, schemaless_writer
 
@@ -98,7 +98,9 @@ def decode_datum(data: bytes, catalog: Catalog | None = None) -> tuple[str, dict
         raise MalformedBody(f"{writer.full_name} v{writer.version}: {type(exc).__name__}: {exc}") from exc
     if buf.tell() != len(data):
         raise MalformedBody(f"{writer.full_name} v{writer.version}: {len(data) - buf.tell()} trailing bytes")
-    return writer.full_name, datum
+    # Every catalog schema is named (load_version checks it) and every named schema of ours is a
+    # record, which fastavro reads as a dict.
+    return writer.full_name, cast(dict[str, Any], datum)
 
 
 def _as_datum(record: Record) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from strata.schemas.catalog import LOCK_FILE, Catalog, SchemaVersion, default_ca
 
 def compatibility_problems(catalog: Catalog) -> list[str]:
     problems = []
-    checker = ReaderWriterCompatibilityChecker()
+    checker = ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]  # avro leaves __init__ unannotated
     for name in catalog.names():
         *older, current = catalog.versions(name)
         for old in older:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import re
 import sys
-from json.encoder import encode_basestring  # type: ignore[attr-defined]  # the C speedup, like json.dumps
-from typing import Any
+from collections.abc import Callable
+from json.encoder import encode_basestring  # the C speedup, like json.dumps
+from typing import Any, cast
 
 
 class NumberLiteral:
@@ -57,7 +58,13 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-_decoder = json.JSONDecoder(parse_float=NumberLiteral, parse_int=_parse_int, parse_constant=_reject_constant)
+class _Decoder(json.JSONDecoder):
+    """``json.JSONDecoder`` with the attribute its ``__init__`` sets and typeshed leaves out."""
+
+    scan_once: Callable[[str, int], tuple[Any, int]]
+
+
+_decoder = _Decoder(parse_float=NumberLiteral, parse_int=_parse_int, parse_constant=_reject_constant)
 
 
 _scan = _decoder.scan_once  # the C scanner; JSONDecoder.decode adds two regex calls around it
@@ -88,7 +95,7 @@ def loads(text: str | bytes) -> Any:
     """Parse RFC 8259 JSON; raises ``ValueError`` (a ``json.JSONDecodeError`` for syntax; deeper
     nesting than ``MAX_DEPTH`` is refused too)."""
     if type(text) is not str:
-        text = text.decode("utf-8")  # strict: a bad byte is an error, not a replacement character
+        text = cast(bytes, text).decode("utf-8")  # strict: a bad byte is an error, not a replacement character
     # Nesting deeper than MAX_DEPTH needs more than 2 * MAX_DEPTH characters and brackets: two
     # C-speed tests keep the exact check off every ordinary record.
     if len(text) > 2 * MAX_DEPTH and text.count("{") + text.count("[") > MAX_DEPTH:

@@ -145,7 +145,7 @@ LogRecord = WatchEvent | Bind | BindFailed | Evict | EvictFailed | BindSucceeded
 Record = LogRecord | BindCommand | EvictCommand | Digest
 
 RECORD_CLASSES: dict[str, type[Record]] = {
-    cls.SCHEMA: cls  # type: ignore[misc]
+    cls.SCHEMA: cls
     for cls in (
         WatchEvent,
         Bind,

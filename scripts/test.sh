@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, the schema gate, then every test against the real broker that
-# `strata dev up` fetches and starts (it stays up for the next run; `strata dev down` stops it).
+# The whole test suite: lint, the import layers, the type checker, the schema gate, then every
+# test against the real broker that `strata dev up` fetches and starts (it stays up for the next
+# run; `strata dev down` stops it).
 source "$(dirname "$0")/bootstrap.sh"
 ruff check .
 ruff format --check .
+lint-imports          # which package may import which (pyproject.toml, docs/layers.md)
+mypy                  # the whole package; schemas and the fold strictly
 python -m strata.schemas.evolution
 eval "$(strata dev up)"
 pytest "$@"

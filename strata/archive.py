@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -39,7 +39,7 @@ from strata.archive_manifest import (
     write_atomically,
     write_manifest,
 )
-from strata.log.cachelog import CacheLogReader, Publisher, bad_record, classify
+from strata.log.cachelog import CacheLogReader, Publisher, bad_record, classify, offset_of
 from strata.log.config import Settings
 from strata.log.errors import GapError, StrataError
 from strata.log.topics import ensure_topics
@@ -111,7 +111,7 @@ class RawLogReader(CacheLogReader):
     def read_raw(self, start: int, end: int, timeout_s: float = 10.0) -> Iterator[RawMessage]:
         """Messages with offsets in [start, end)."""
         for msg in self.messages(start, end, timeout_s):
-            yield RawMessage(msg.offset(), msg.timestamp()[1], msg.key(), msg.value() or b"")
+            yield RawMessage(offset_of(msg), msg.timestamp()[1], msg.key(), msg.value() or b"")
 
 
 def decode_message(value: bytes, offset: int, topic: str) -> LogRecord:
@@ -129,7 +129,15 @@ def fingerprint_of(value: bytes) -> str | None:
 
 def _messages(path: Path) -> Iterator[dict[str, Any]]:
     with open(path, "rb") as f:
-        yield from fastavro.reader(f)  # type: ignore[misc]
+        yield from _records(fastavro.reader(f))
+
+
+def _records(avro: Iterable[object]) -> Iterator[dict[str, Any]]:
+    """The records of an archive file (SCHEMA is a record: each message is a dict)."""
+    for msg in avro:
+        if not isinstance(msg, dict):
+            raise TypeError(f"an archived message is a {type(msg).__name__}, not a record")
+        yield msg
 
 
 def _require_manifest(directory: Path) -> Manifest:
@@ -509,19 +517,19 @@ def _check_file(path: Path, entry: FileEntry, topic: str, state: CacheState | No
             if meta.get(key) != value:
                 problems.append(f"{entry.name}: metadata {key}={meta.get(key)!r}, the manifest says {value!r}")
         count, previous, fingerprints = 0, entry.first_offset - 1, set()
-        for msg in avro:
-            offset = msg["offset"]  # type: ignore[index]
+        for msg in _records(avro):
+            offset = msg["offset"]
             if not previous < offset <= entry.last_offset:
                 problems.append(f"{entry.name}: offset {offset} out of order or outside {entry.first_offset}..")
                 state = None
             previous = offset
             count += 1
-            fp = fingerprint_of(msg["value"])  # type: ignore[index]
+            fp = fingerprint_of(msg["value"])
             if fp is not None:
                 fingerprints.add(fp)
             if state is not None:
                 try:
-                    state.apply_at(offset, decode_message(msg["value"], offset, topic))  # type: ignore[index]
+                    state.apply_at(offset, decode_message(msg["value"], offset, topic))
                 except GapError as exc:
                     problems.append(f"{entry.name}: {exc}")
                     state = None

@@ -56,5 +56,5 @@ def read_block(fo: BinaryIO) -> io.BytesIO:
 
 
 def register() -> None:
-    fastavro._write.BLOCK_WRITERS["zstandard"] = write_block
+    fastavro._write.BLOCK_WRITERS["zstandard"] = write_block  # type: ignore[attr-defined]  # fastavro's _write.pyi omits it
     fastavro.read.BLOCK_READERS["zstandard"] = read_block

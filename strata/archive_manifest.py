@@ -7,6 +7,7 @@ SHA-256 and the digest of the canonical snapshot after its last offset.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import os
@@ -73,12 +74,12 @@ class Manifest:
     def bytes(self) -> int:
         return sum(f.bytes for f in self.files)
 
-    def to_json(self) -> bytes:
+    def to_json(self) -> builtins.bytes:  # `bytes` in this class is the property above
         doc = asdict(self)
         return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
     @classmethod
-    def from_json(cls, data: bytes) -> Manifest:
+    def from_json(cls, data: builtins.bytes) -> Manifest:
         doc = json.loads(data)
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")

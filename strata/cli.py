@@ -252,7 +252,7 @@ def log_dump(settings: Settings, from_offset: int, to_offset: int | None) -> Non
     from strata.log.cachelog import CacheLogReader
     from strata.logview import as_trace_line
 
-    out = click.get_binary_stream("stdout")
+    out = sys.stdout.buffer
     for entry in CacheLogReader(settings).read(from_offset, to_offset):
         out.write(as_trace_line(entry.record) + b"\n")
 
@@ -336,7 +336,7 @@ def _print_snapshot(snapshot: Any, output: str, digest: bool) -> None:
     if digest:
         click.echo(snapshot.digest())
     elif output == "json":
-        click.get_binary_stream("stdout").write(snapshot.canonical_bytes() + b"\n")
+        sys.stdout.buffer.write(snapshot.canonical_bytes() + b"\n")
     else:
         from rich.console import Console
 
@@ -389,7 +389,7 @@ def gen(nodes: int, pods: int, queues: int, churn: float, replicas: int, seed: i
     """Write a synthetic cluster history (trace format) for benchmarks: the same seed, the same bytes."""
     from strata.gen import generate
 
-    out = open(path, "wb") if path else click.get_binary_stream("stdout")  # noqa: SIM115 - closed below
+    out = open(path, "wb") if path else sys.stdout.buffer  # noqa: SIM115 - closed below
     try:
         stats = generate(out, nodes=nodes, pods=pods, queues=queues, churn=churn, seed=seed, replicas=replicas)
     finally:
@@ -568,11 +568,11 @@ def verify(settings: Settings, fold: Any, against_cluster: bool, archive: Path |
 
     runner = log_runner(settings, fold)
     log = runner.state_at(runner.reader.end_offset()).snapshot()
-    found = differences(log.to_json(), cluster_snapshot(KubeApi(settings.kubeconfig), fold))
-    for line in found:
+    differing = differences(log.to_json(), cluster_snapshot(KubeApi(settings.kubeconfig), fold))
+    for line in differing:
         click.echo(line)
-    click.echo(f"{len(found)} difference(s) between the log at version {log.version} and the cluster", err=True)
-    if found:
+    click.echo(f"{len(differing)} difference(s) between the log at version {log.version} and the cluster", err=True)
+    if differing:
         sys.exit(1)
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from strata.cliopts import fold_options, kafka_options
 from strata.log.config import Settings
+
+if TYPE_CHECKING:
+    from strata.binder.evictor import Mode
+    from strata.log.topics import Work
 
 _common = [
     click.option(
@@ -62,7 +66,7 @@ def bind(settings: Settings, fold: Any, **options: Any) -> None:
 @_with_common
 @kafka_options
 @fold_options
-def evict(settings: Settings, fold: Any, mode: str, **options: Any) -> None:
+def evict(settings: Settings, fold: Any, mode: Mode, **options: Any) -> None:
     """Carry out applied EVICTs against the Kubernetes API (and dispatch commands, unless --no-dispatch)."""
     _serve(settings, fold, "evict", mode=mode, **options)
 
@@ -70,8 +74,8 @@ def evict(settings: Settings, fold: Any, mode: str, **options: Any) -> None:
 def _serve(
     settings: Settings,
     fold: Any,
-    work: str,
-    mode: str,
+    work: Work,
+    mode: Mode,
     workers: int,
     instance: str | None,
     no_dispatch: bool,
@@ -88,12 +92,12 @@ def _serve(
         start_http_server(metrics_port)
     service = Service(
         settings,
-        work,  # type: ignore[arg-type]
+        work,
         fold=fold,
         workers=workers,
         instance=instance or default_instance(),
         dispatch=not no_dispatch,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         threads=threads,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -215,6 +215,19 @@ class _Job:
         "survivor",
         "tasks",
     )
+    # set by _Generator.arrive, which draws them in the order the seed's bytes depend on
+    survivor: bool
+    run: int
+    deadline: int
+    ns: str
+    seq: int
+    name: str
+    pg: str
+    replica: str
+    rack: int | None
+    min_member: int
+    pg_head: str
+    pg_tail: str
 
     def __init__(self) -> None:
         self.pods: list[_Pod] = []
@@ -479,7 +492,7 @@ class _Generator:
         # a few CSINodes: EBS with a volume limit, NFS without one
         n_csi = min(64, max(1, n // 100))
         for node in self.all_nodes[n_infra : n_infra + n_csi]:
-            drivers = [
+            drivers: list[dict[str, Any]] = [
                 {
                     "name": "ebs.csi.aws.com",
                     "nodeID": f"i-{node.idx:017x}",
@@ -1263,7 +1276,7 @@ class _Generator:
         stats.nodes = sum(1 for n in self.all_nodes if n.stored)
         stats.queues = len(self.queue_names)
         stats.jobs_live = len(self.jobs)
-        live = {status: 0 for status in dict.fromkeys(_FOLD_STATUS.values())}
+        live: dict[str, int] = {status: 0 for status in dict.fromkeys(_FOLD_STATUS.values())}
         for job in self.jobs.values():
             for pod in job.pods:
                 if pod.state != DONE and pod.state != GONE:

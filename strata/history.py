@@ -107,7 +107,8 @@ def entries(rows: Sequence[AuditRow]) -> list[dict[str, Any]]:
 def describe(entry: dict[str, Any]) -> str:
     """One line that says what a history entry did."""
     t = entry["type"]
-    who = entry.get("name") and f"{entry.get('namespace') + '/' if entry.get('namespace') else ''}{entry['name']}"
+    namespace = entry.get("namespace")
+    who = entry.get("name") and f"{namespace + '/' if namespace else ''}{entry['name']}"
     if t in ("ADDED", "MODIFIED", "DELETED"):
         text = f"{entry.get('kind')} {who} {t.lower()}"
         changes = entry.get("changes") or {}

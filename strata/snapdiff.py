@@ -21,6 +21,7 @@ def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Nodes added/removed and their used/idle deltas; tasks whose status or node changed;
     jobs and queues added, removed or changed."""
     nodes_changed = {}
+    change: dict[str, Any]  # a node's, a task's, a job's or a queue's changes
     for name in sorted(set(a["nodes"]) & set(b["nodes"])):
         x, y = a["nodes"][name], b["nodes"][name]
         change = {k: d for k in ("used", "idle", "releasing", "allocatable") if (d := _delta(x[k], y[k]))}

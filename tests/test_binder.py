@@ -284,8 +284,8 @@ def test_malformed_commands_are_dead_lettered_and_counted_by_strata_bind(env: En
 
     from confluent_kafka import Producer
 
+    from strata.faults.common import env_for
     from strata.schemas import EvictCommand, encode
-    from tests.test_binder_support import subprocess_env
 
     names = TopicNames(env.settings.topic_prefix)
     node = env.node("n1")
@@ -304,7 +304,7 @@ def test_malformed_commands_are_dead_lettered_and_counted_by_strata_bind(env: En
         port = s.getsockname()[1]
     strata = str(Path(sys.executable).with_name("strata"))
     argv = [strata, "bind", "--instance", f"t-{uuid.uuid4().hex[:6]}", "--metrics-port", str(port)]
-    proc = subprocess.Popen(argv, env=subprocess_env(env.settings), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env_for(env.settings), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         eventually(lambda: check(env.pods()["good"]["spec"].get("nodeName") == node), timeout_s=60)
         dead = eventually(lambda: _exactly(read_topic(env.settings, names.dead_letter("bind")), 2), timeout_s=60)

@@ -14,7 +14,7 @@ import pytest
 
 from strata.faults import Verdict
 from strata.faults.binder_crash import repeated_calls
-from strata.faults.common import api_writes
+from strata.faults.common import api_writes, env_for
 from strata.log.cachelog import CacheLogWriter
 from strata.log.topics import TopicNames
 from strata.schemas import Bind, BindFailed, BindSucceeded
@@ -27,7 +27,6 @@ from tests.test_binder_support import (  # noqa: F401 - fixtures
     ingest,
     quick_watches,
     read_topic,
-    subprocess_env,
 )
 from tests.test_cli import STRATA
 
@@ -35,9 +34,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.kube]
 
 
 def _start(env: Env, *args: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [STRATA, "bind", *args], env=subprocess_env(env.settings), stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([STRATA, "bind", *args], env=env_for(env.settings), stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()
     assert line.startswith("bind: running"), line

@@ -3,7 +3,6 @@ namespace on the real kube-apiserver, the real watch adapters, and readers of to
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -136,18 +135,6 @@ def ingest(env: Env) -> Iterator[watch.Ingest]:
     yield adapters
     adapters.close()
     assert not adapters.errors
-
-
-def subprocess_env(settings: Settings) -> dict[str, str]:
-    return {
-        **os.environ,
-        "STRATA_KAFKA_BOOTSTRAP": settings.bootstrap,
-        "STRATA_TOPIC_PREFIX": settings.topic_prefix,
-        "STRATA_DATA_DIR": str(settings.data_dir),
-        "STRATA_COMMAND_PARTITIONS": str(settings.command_partitions),
-        "STRATA_RETRY_DELAYS": ",".join(map(str, settings.retry_delays_s)),
-        "KUBECONFIG": settings.kubeconfig or "",
-    }
 
 
 def eventually(probe: Callable[[], Any], timeout_s: float = 30.0, every_s: float = 0.2) -> Any:

@@ -1,13 +1,12 @@
-"""The SQL checkpoint store against a real SQLite file and a real PostgreSQL server."""
+"""The SQL checkpoint store against a real SQLite file and a real PostgreSQL server: the
+``CheckpointStore`` contract (tests/contracts.py) on each, then what is the SQL engine's own."""
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing
 import os
 import sqlite3
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,9 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-from strata.projector.checkpoint import Checkpoint, CheckpointInfo, LogIdentity
+from strata.projector.checkpoint import CheckpointStore
 from strata.projector.sqlstore import Base, SqlCheckpointStore, alembic_config, normalize_url, open_engine
-
-LOG = LogIdentity("strata.cache-log", "cluster-a", "schedulerNames=volcano;defaultQueue=default")
+from tests.contracts import CheckpointStoreContract, checkpoint, versions
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -46,121 +44,21 @@ def open_store(url: str) -> Iterator[Callable[[], SqlCheckpointStore]]:
         store.close()
 
 
-@pytest.fixture
-def store(open_store: Callable[[], SqlCheckpointStore]) -> SqlCheckpointStore:
-    return open_store()
+class TestSqliteCheckpointStore(CheckpointStoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[CheckpointStore]:
+        store = SqlCheckpointStore(f"sqlite:///{tmp_path / 'state' / 'checkpoints' / 'strata.db'}")
+        yield store
+        store.close()
 
 
-def checkpoint(version: int, log: LogIdentity = LOG, state: bytes | None = None, state_format: int = 1) -> Checkpoint:
-    state = f"state of {log} at {version}".encode() if state is None else state
-    info = CheckpointInfo(log, version, hashlib.sha256(state).hexdigest(), len(state), "")
-    return Checkpoint(info, state, state_format)
-
-
-def versions(store: SqlCheckpointStore, log: LogIdentity = LOG) -> list[int]:
-    return [info.version for info in store.list(log)]
-
-
-def test_save_latest_list_prune(store: SqlCheckpointStore) -> None:
-    assert store.latest(LOG) is None
-    assert store.list(LOG) == []
-    for version in (300, 100, 200):  # saved out of order, listed oldest first
-        store.save(checkpoint(version, state_format=version // 100))
-
-    newest = store.latest(LOG)
-    assert newest is not None
-    assert newest.state == checkpoint(300).state
-    assert newest.state_format == 3
-    assert newest.info.log == LOG
-    assert newest.info.digest == checkpoint(300).info.digest
-    assert newest.info.size == len(checkpoint(300).state)
-    assert versions(store) == [100, 200, 300]
-    assert [info.digest for info in store.list(LOG)] == [checkpoint(v).info.digest for v in (100, 200, 300)]
-
-    assert store.prune(LOG, keep=2) == 1
-    assert versions(store) == [200, 300]
-    assert store.prune(LOG, keep=2) == 0
-    assert store.prune(LOG, keep=5) == 0
-    assert store.prune(LOG, keep=0) == 2
-    assert store.list(LOG) == []
-    assert store.latest(LOG) is None
-    with pytest.raises(ValueError):
-        store.prune(LOG, keep=-1)
-
-
-def test_latest_at_or_below(store: SqlCheckpointStore) -> None:
-    for version in (0, 10, 20):
-        store.save(checkpoint(version))
-
-    def at(bound: int | None) -> int | None:
-        found = store.latest(LOG, at_or_below=bound)
-        return None if found is None else found.info.version
-
-    assert at(None) == 20
-    assert at(20) == 20
-    assert at(19) == 10
-    assert at(10) == 10
-    assert at(9) == 0
-    assert at(0) == 0
-    assert at(-1) is None
-    assert store.latest(LOG, 15).state == checkpoint(10).state  # type: ignore[union-attr]
-
-
-def test_created_at_is_utc_iso8601(store: SqlCheckpointStore) -> None:
-    before = datetime.now(UTC).replace(microsecond=0)
-    store.save(checkpoint(1))
-    created = datetime.fromisoformat(store.list(LOG)[0].created_at)
-    assert created.utcoffset() is not None and created.utcoffset().total_seconds() == 0  # type: ignore[union-attr]
-    assert abs((created - before).total_seconds()) < 60  # the database's clock, not the caller's ""
-    assert store.latest(LOG).info.created_at == store.list(LOG)[0].created_at  # type: ignore[union-attr]
-
-
-def test_saving_a_version_twice_keeps_the_first(store: SqlCheckpointStore) -> None:
-    first = checkpoint(42, state=b"first")
-    store.save(first)
-    store.save(checkpoint(42, state=b"second, longer", state_format=2))
-    kept = store.latest(LOG)
-    assert kept is not None
-    assert (kept.state, kept.state_format, kept.info.digest) == (b"first", 1, first.info.digest)
-    assert versions(store) == [42]
-
-
-def test_logs_never_mix(store: SqlCheckpointStore) -> None:
-    # differ in one field each: another topic, another cluster (a restored log), another fold
-    others = [
-        LogIdentity("other.cache-log", LOG.cluster_id, LOG.fold),
-        LogIdentity(LOG.topic, "cluster-b", LOG.fold),
-        LogIdentity(LOG.topic, LOG.cluster_id, "schedulerNames=volcano;defaultQueue=other"),
-    ]
-    for version in (1, 2, 3):
-        store.save(checkpoint(version))
-    for n, log in enumerate(others):
-        store.save(checkpoint(10 * (n + 1), log))  # a newer version than any of LOG's
-        store.save(checkpoint(2, log))  # the same version as one of LOG's: no conflict
-
-    assert versions(store) == [1, 2, 3]
-    assert store.latest(LOG).state == checkpoint(3).state  # type: ignore[union-attr]
-    assert store.latest(LOG, 2).state == checkpoint(2).state  # type: ignore[union-attr]
-    for n, log in enumerate(others):
-        assert versions(store, log) == [2, 10 * (n + 1)]
-        assert store.latest(log).info.log == log  # type: ignore[union-attr]
-        assert store.latest(log, 2).state == checkpoint(2, log).state  # type: ignore[union-attr]
-    assert store.latest(LogIdentity("unknown", LOG.cluster_id, LOG.fold)) is None
-
-    assert store.prune(others[0], keep=0) == 2
-    assert versions(store) == [1, 2, 3]
-    assert [versions(store, log) for log in others] == [[], [2, 20], [2, 30]]
-
-
-def test_a_20_mb_state_round_trips_byte_exact(store: SqlCheckpointStore) -> None:
-    state = os.urandom(20 * 1024 * 1024)  # incompressible, and every byte value occurs
-    store.save(checkpoint(7, state=state))
-    back = store.latest(LOG)
-    assert back is not None
-    assert type(back.state) is bytes
-    assert back.state == state
-    assert back.info.size == len(state)
-    assert store.list(LOG)[0].size == len(state)
+@pytest.mark.postgres
+class TestPostgresCheckpointStore(CheckpointStoreContract):
+    @pytest.fixture
+    def store(self, postgres_database: str) -> Iterator[CheckpointStore]:
+        store = SqlCheckpointStore(postgres_database)
+        yield store
+        store.close()
 
 
 def test_migrations_create_the_schema_on_an_empty_database_and_are_idempotent(

@@ -4,6 +4,7 @@ nodes never double-book one, and learn the same outcome for every BIND."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ from strata.projector.sqlstore import SqlCheckpointStore
 from strata.projector.state import CacheState
 from strata.scheduler.cache import ALL_KINDS, LogCache
 from strata.scheduler.gang import plan, run_cycle
-from strata.scheduler.interface import BindContext
+from strata.scheduler.interface import BindContext, Cache
 from strata.schemas import Bind
+from tests.contracts import CacheContract
 
 pytestmark = pytest.mark.kafka
 GROUP = "scheduling.k8s.io/group-name"
@@ -134,34 +136,28 @@ def test_replicas_racing_for_the_same_nodes_never_double_book(kafka: Settings, t
     assert set(per_job.values()) == {4}, per_job
 
 
-def test_add_bind_task_reports_the_folds_verdict(kafka: Settings, tmp_path: Path):
+class TestLogCache(CacheContract):
+    """The Cache contract with LogCache on the real broker (a fresh topic prefix per test)."""
+
+    @pytest.fixture
+    def cache_of(self, kafka: Settings, tmp_path: Path) -> Callable[[list[dict[str, Any]], threading.Event], Cache]:
+        def make(history: list[dict[str, Any]], stop: threading.Event) -> Cache:
+            publish(kafka, history)
+            cache = LogCache(kafka, "r0", SqlCheckpointStore(f"sqlite:///{tmp_path / 'c.db'}"))
+            cache.run(stop)
+            return cache
+
+        return make
+
+
+def test_extensions_travel_in_the_bind_record_and_a_half_allocated_gang_is_completed(kafka: Settings, tmp_path: Path):
     publish(kafka, cluster_history(nodes=1, jobs=1, per_job=2))
     stop = threading.Event()
     (cache,) = caches(kafka, tmp_path, 1, stop)
     task = cache.snapshot().tasks["u-j0-p0"]
     first = cache.add_bind_task(BindContext(task, "n0", {"volume-binding": "none"}))
-    again = cache.add_bind_task(BindContext(task, "n0"))
-    nowhere = cache.add_bind_task(BindContext(cache.snapshot().tasks["u-j0-p1"], "no-such-node"))
     stop.set()
-    assert first.admitted and not first.reason
-    assert (again.admitted, again.reason) == (False, "task is Binding, not Pending")
-    assert (nowhere.admitted, nowhere.reason) == (False, "node no-such-node is not stored")
-    assert again.offset == first.offset + 1
     entries = list(CacheLogReader(kafka).read(start=first.offset, end=first.offset + 1))
     assert dict(entries[0].record.extensions) == {"volume-binding": "none"}
-    assert cache.snapshot().tasks["u-j0-p0"].status == "Binding"
     # the gang of 2 has one task allocated: the other alone completes it
     assert [(c.task.uid, c.node) for c in plan(cache.snapshot())] == [("u-j0-p1", "n0")]
-
-
-def test_evict_reports_the_folds_verdict(kafka: Settings, tmp_path: Path):
-    publish(kafka, cluster_history(nodes=1, jobs=1, per_job=2))
-    stop = threading.Event()
-    (cache,) = caches(kafka, tmp_path, 1, stop)
-    tasks = cache.snapshot().tasks
-    assert cache.add_bind_task(BindContext(tasks["u-j0-p0"], "n0")).admitted
-    on_node = cache.evict(cache.snapshot().tasks["u-j0-p0"], "preempted")
-    nowhere = cache.evict(tasks["u-j0-p1"], "preempted")
-    stop.set()
-    assert on_node.applied and cache.snapshot().tasks["u-j0-p0"].status == "Releasing"
-    assert (nowhere.applied, nowhere.reason) == (False, "the task is on no node")

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from strata.devstack import build, etcd, process
+from strata.devstack.pki import LocalCA
 from strata.log.errors import StrataError
 
 Log = Callable[[str], None]
@@ -57,9 +58,6 @@ AUDIT_POLICY = {
         {"level": "None"},
     ],
 }
-
-
-_openssl = process.openssl_for("the local kube-apiserver's certificates")
 
 
 @dataclass(frozen=True)
@@ -116,39 +114,42 @@ class KubeAPIServer(process.LocalServer):
         etcd must run at ``etcd_url``. Writes the admin kubeconfig; does not apply the CRDs
         (``apply_crds`` does)."""
         version = build.KUBE_APISERVER.version
+        exe = build.ensure(build.KUBE_APISERVER, log)
+        argv = [str(exe), *self._flags()]
+        config = process.configuration_of(argv, yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
         state = self.running()
         restarted = False
         if state is not None:
             if state.port != self.port:
                 raise StrataError(f"a kube-apiserver of this data directory already runs on port {state.port}")
-            if process.arguments(state)[1:] == self._flags():
+            if state.config == config:
                 process.wait_until(self.ready, "kube-apiserver", timeout_s, state, self.log_path)
                 self._write_kubeconfig()
                 return f"kube-apiserver {version} already running (pid {state.pid}) at {self.url}"
-            # started by an older Strata with other flags: restart it alone (etcd keeps the data)
-            log(f"kube-apiserver (pid {state.pid}) runs with other flags than this version sets: restarting it")
+            # started otherwise (an older Strata, other flags): restart it alone (etcd keeps the data)
+            log(f"kube-apiserver (pid {state.pid}) runs with another configuration than this version's: restarting it")
             self.down()
             restarted = True
         if process.port_open(self.port):
             raise StrataError(f"port {self.port} is in use by another process")
         if not etcd.healthy(self.etcd_url):
             raise StrataError(f"kube-apiserver needs etcd, which does not answer at {self.etcd_url}")
-        exe = build.ensure(build.KUBE_APISERVER, log)
         self._ensure_pki(log)
         self._write_audit_policy()
         started = time.monotonic()
         state = process.start(
-            [str(exe), *self._flags()],
+            argv,
             self.log_path,
             self.state_path,
             marker=str(self.pki / "apiserver.crt"),
             port=self.port,
             cwd=self.home,
+            config=config,
         )
         process.wait_until(self.ready, "kube-apiserver", timeout_s, state, self.log_path)
         self._write_kubeconfig()
         took = time.monotonic() - started
-        how = "restarted with new flags" if restarted else "started"
+        how = "restarted with a new configuration" if restarted else "started"
         return f"kube-apiserver {version} {how} in {took:.1f} s (pid {state.pid}) at {self.url}"
 
     def down(self) -> bool:
@@ -196,14 +197,8 @@ class KubeAPIServer(process.LocalServer):
         shutil.rmtree(self.pki, ignore_errors=True)
         self.pki.mkdir(parents=True)
         self.pki.chmod(0o700)
-        pki = self.pki
-        _openssl(
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
-            "-days", str(process.CERT_DAYS), "-subj", "/CN=strata-local-ca",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-            cwd=pki,
-        )  # fmt: skip
+        ca = LocalCA(self.pki, "ca.crt", "/CN=strata-local-ca", "the local kube-apiserver's certificates")
+        ca.create()
         sans = ",".join(
             [
                 "IP:127.0.0.1",
@@ -215,33 +210,13 @@ class KubeAPIServer(process.LocalServer):
                 "DNS:kubernetes.default.svc.cluster.local",
             ]
         )
-        self._sign("apiserver", "/CN=kube-apiserver", "serverAuth", f"subjectAltName={sans}\n")
+        ca.sign("apiserver", "/CN=kube-apiserver", "serverAuth", sans)
         # the group system:masters is bound to cluster-admin by RBAC's bootstrap policy
-        self._sign("admin", f"/O=system:masters/CN={ADMIN}", "clientAuth")
-        _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key", cwd=pki)
-        _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
-        for key in pki.glob("*.key"):
+        ca.sign("admin", f"/O=system:masters/CN={ADMIN}", "clientAuth")
+        ca.run("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key")
+        ca.run("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub")
+        for key in self.pki.glob("*.key"):
             key.chmod(0o600)
-
-    def _sign(self, name: str, subject: str, usage: str, more: str = "") -> None:
-        """``<name>.key`` and ``<name>.crt``, signed by the local CA."""
-        ext = self.pki / f"{name}.ext"
-        ext.write_text(
-            "basicConstraints=CA:FALSE\n"
-            "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            f"extendedKeyUsage={usage}\n{more}"
-        )
-        _openssl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject,
-            cwd=self.pki,
-        )  # fmt: skip
-        _openssl(
-            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-days", str(process.CERT_DAYS), "-extfile", ext.name, "-out", f"{name}.crt",
-            cwd=self.pki,
-        )  # fmt: skip
-        for leftover in (ext, self.pki / f"{name}.csr"):
-            leftover.unlink()
 
     def _write_kubeconfig(self) -> None:
         def b64(name: str) -> str:
@@ -270,7 +245,7 @@ class KubeAPIServer(process.LocalServer):
             tmp.rename(self.kubeconfig)
 
 
-def crd_manifests() -> list[dict]:
+def crd_manifests() -> list[dict[str, Any]]:
     """Strata's CustomResourceDefinitions, as shipped in ``strata/devstack/crds``."""
     docs = []
     for path in sorted(CRDS.iterdir(), key=lambda p: p.name):
@@ -285,28 +260,26 @@ def apply_crds(kubeconfig: Path, timeout_s: float = 60.0) -> list[str]:
     from kubernetes.client.rest import ApiException
 
     api_client = config.new_client_from_config(config_file=str(kubeconfig))
-    # the raw JSON: the client's models reject some valid CRD statuses, and nothing here needs them
-    raw = {"_preload_content": False}
     try:
         ext = client.ApiextensionsV1Api(api_client)
         names = []
         for body in crd_manifests():
             name = body["metadata"]["name"]
             try:
-                ext.create_custom_resource_definition(body, **raw)
+                _raw(ext.create_custom_resource_definition, body)
             except ApiException as e:
                 if e.status != 409:
                     raise StrataError(f"creating the CRD {name} failed: {e.status} {e.reason}") from None
-                current = json.loads(ext.read_custom_resource_definition(name, **raw).data)
+                current = json.loads(_raw(ext.read_custom_resource_definition, name).data)
                 body = {
                     **body,
                     "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
                 }
-                ext.replace_custom_resource_definition(name, body, **raw)
+                _raw(ext.replace_custom_resource_definition, name, body)
             names.append(name)
         deadline = time.monotonic() + timeout_s
         for name in names:
-            while not _established(json.loads(ext.read_custom_resource_definition(name, **raw).data)):
+            while not _established(json.loads(_raw(ext.read_custom_resource_definition, name).data)):
                 if time.monotonic() > deadline:
                     raise StrataError(f"the CRD {name} is not Established after {timeout_s:g} s")
                 time.sleep(0.1)
@@ -315,7 +288,14 @@ def apply_crds(kubeconfig: Path, timeout_s: float = 60.0) -> list[str]:
         api_client.close()
 
 
-def _established(crd: dict) -> bool:
+def _raw(method: Callable[..., object], *args: Any) -> Any:
+    """``method`` of the generated client, given plain JSON bodies; its answer unparsed (urllib3's
+    response). The client's models reject some valid CRD statuses, and nothing here needs them: the
+    models its signatures name are neither what it is given here nor what it returns."""
+    return method(*args, _preload_content=False)
+
+
+def _established(crd: dict[str, Any]) -> bool:
     conditions = crd.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
@@ -339,16 +319,14 @@ def service_account_kubeconfig(
     cluster = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
     api_client = config.new_client_from_config(config_file=str(admin_kubeconfig))
     try:
-        request = {
+        request: dict[str, Any] = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
             "spec": {"expirationSeconds": expiration_s},
         }
         if audiences is not None:
             request["spec"]["audiences"] = audiences
-        answer = client.CoreV1Api(api_client).create_namespaced_service_account_token(
-            account, namespace, request, _preload_content=False
-        )
+        answer = _raw(client.CoreV1Api(api_client).create_namespaced_service_account_token, account, namespace, request)
         token = json.loads(answer.data)["status"]["token"]
     finally:
         api_client.close()

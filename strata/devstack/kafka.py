@@ -41,6 +41,7 @@ from confluent_kafka.admin import (
 )
 
 from strata.devstack import process
+from strata.devstack.pki import LocalCA
 from strata.log.config import kafka_properties_from_env
 from strata.log.errors import StrataError
 
@@ -71,6 +72,31 @@ def kafka_version() -> str:
 
 def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "strata"
+
+
+def jvm_command(home: Path, libs: Path) -> list[str]:
+    """The JVM command line of a broker whose files live in ``home`` (logging settings, logs/)."""
+    return [
+        java(),
+        *JVM_OPTS,
+        f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
+        f"-Dkafka.logs.dir={home / 'logs'}",
+        "-cp",
+        f"{libs}/*",
+    ]
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (and no leading '-')."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=").replace("-", "A")
+
+
+def format_storage(jvm: list[str], properties: Path, cluster_id: str) -> None:
+    """Format a broker's storage for ``cluster_id`` (once; an already formatted one is kept)."""
+    argv = [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties), "--ignore-formatted"]
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise StrataError(f"formatting Kafka storage failed: {(result.stderr or result.stdout).strip()[-300:]}")
 
 
 def ensure_jars(log: Log = print) -> Path:
@@ -109,9 +135,6 @@ def ensure_jars(log: Log = print) -> Path:
             shutil.rmtree(libs)
         out.rename(libs)
     return libs
-
-
-_openssl = process.openssl_for("the local Kafka broker's certificates")
 
 
 def _write_secret(path: Path, text: str) -> None:
@@ -234,12 +257,15 @@ class KafkaBroker:
     def _up(self, log: Log, timeout_s: float) -> str:
         self._ensure_pki(log)
         properties = self._server_properties()
+        jvm = jvm_command(self.home, ensure_jars(log))
+        argv = [*jvm, "kafka.Kafka", str(self.home / "server.properties")]
+        config = process.configuration_of(argv, properties)
         restarted = ""
         state = self.running()
         if state is not None:
             if state.port != self.port:
                 raise StrataError(f"a broker of this data directory already runs on port {state.port}")
-            if self._written_properties() == properties:
+            if state.config == config:
                 process.wait_until(self.ready, "Kafka", timeout_s, state, self.log_path)
                 self._ensure_scram(log)
                 return f"kafka {kafka_version()} already running (pid {state.pid}) at {self.bootstrap}"
@@ -249,44 +275,19 @@ class KafkaBroker:
         for port in (self.port, self.controller_port, self.secure_port):
             if process.port_open(port):
                 raise StrataError(f"port {port} is in use by another process; choose another with --kafka-port")
-        libs = ensure_jars(log)
         (self.home / "log4j2.properties").write_text((RESOURCES / "log4j2.properties").read_text())
         _write_secret(self.home / "server.properties", properties)  # it holds the keystore password
-        classpath = f"{libs}/*"
-        jvm = [
-            java(),
-            *JVM_OPTS,
-            f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={self.home / 'logs'}",
-            "-cp",
-            classpath,
-        ]
         started = time.monotonic()
         if not (self.home / "data" / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=").replace("-", "A")
-            result = subprocess.run(
-                [
-                    *jvm,
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "-t",
-                    cluster_id,
-                    "-c",
-                    str(self.home / "server.properties"),
-                    "--ignore-formatted",
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if result.returncode != 0:
-                raise StrataError(f"formatting Kafka storage failed: {(result.stderr or result.stdout).strip()[-300:]}")
+            format_storage(jvm, self.home / "server.properties", new_cluster_id())
         state = process.start(
-            [*jvm, "kafka.Kafka", str(self.home / "server.properties")],
+            argv,
             self.log_path,
             self.state_path,
             marker=str(self.home / "server.properties"),
             port=self.port,
             cwd=self.home,
+            config=config,
         )
         process.wait_until(self.ready, "Kafka", timeout_s, state, self.log_path)
         self._ensure_scram(log)
@@ -295,12 +296,6 @@ class KafkaBroker:
 
     def down(self) -> bool:
         return process.stop(self.state_path)
-
-    def _written_properties(self) -> str | None:
-        try:
-            return (self.home / "server.properties").read_text()
-        except OSError:
-            return None
 
     def _ensure_pki(self, log: Log) -> None:
         """The CA, the server's certificate and PKCS12 keystore, and the passwords, once."""
@@ -314,37 +309,14 @@ class KafkaBroker:
         if not self.password_path.exists():
             _write_secret(self.password_path, secrets.token_urlsafe(24))
         _write_secret(self.keystore_password_path, secrets.token_urlsafe(24))
-        _openssl(
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-            "-days", str(process.CERT_DAYS), "-subj", "/CN=strata-kafka-local-ca",
-            "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-            cwd=pki,
-        )  # fmt: skip
-        (pki / "server.ext").write_text(
-            "basicConstraints=CA:FALSE\n"
-            "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "extendedKeyUsage=serverAuth\n"
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-        )
-        _openssl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-            "-subj", "/CN=strata-kafka",
-            cwd=pki,
-        )  # fmt: skip
-        _openssl(
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-            "-days", str(process.CERT_DAYS), "-extfile", "server.ext", "-out", "server.crt",
-            cwd=pki,
-        )  # fmt: skip
+        ca = LocalCA(pki, "ca.pem", "/CN=strata-kafka-local-ca", "the local Kafka broker's certificates")
+        ca.create()
+        ca.sign("server", "/CN=strata-kafka", "serverAuth", "IP:127.0.0.1,DNS:localhost")
         # the password from its file: never on a command line
-        _openssl(
+        ca.run(
             "pkcs12", "-export", "-in", "server.crt", "-inkey", "server.key", "-certfile", "ca.pem",
             "-name", "kafka", "-out", "server.p12.tmp", "-passout", f"file:{self.keystore_password_path.name}",
-            cwd=pki,
         )  # fmt: skip
-        for leftover in ("server.ext", "server.csr"):
-            (pki / leftover).unlink()
         for path in pki.iterdir():
             if path.suffix in (".key", ".tmp"):
                 path.chmod(0o600)
@@ -377,7 +349,10 @@ class KafkaBroker:
 
     def _has_credential(self, admin: AdminClient) -> bool:
         try:
-            (description,) = admin.describe_user_scram_credentials([SCRAM_USER], request_timeout=15).values()
+            futures = admin.describe_user_scram_credentials([SCRAM_USER], request_timeout=15)
+            # one future per user named (a single future answers a request for all users)
+            assert isinstance(futures, dict)
+            (description,) = futures.values()
             infos = description.result().scram_credential_infos
         except KafkaException as e:
             if e.args[0].code() == KafkaError.RESOURCE_NOT_FOUND:

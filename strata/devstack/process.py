@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +22,13 @@ class ProcessState:
     pid: int
     marker: str  # a string its command line holds, so a recycled pid is not taken for ours
     port: int
+    config: str = ""  # configuration_of() what it was started with; a server started otherwise restarts
+
+
+def configuration_of(argv: list[str], *files: str) -> str:
+    """A digest of how a server is started: its command line and the text of its configuration
+    files. `strata dev up` restarts a running server whose digest differs (one rule for all)."""
+    return hashlib.sha256(json.dumps([argv, list(files)]).encode()).hexdigest()
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -48,15 +54,6 @@ def alive(state: ProcessState | None) -> bool:
         return False
 
 
-def arguments(state: ProcessState) -> list[str]:
-    """The command line the process of ``state`` runs with (empty when it is gone)."""
-    try:
-        raw = Path(f"/proc/{state.pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return raw.decode(errors="replace").split("\0")[:-1] if raw else []
-
-
 def _running(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -65,14 +62,16 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
-def start(argv: list[str], log_path: Path, state_path: Path, marker: str, port: int, cwd: Path) -> ProcessState:
+def start(
+    argv: list[str], log_path: Path, state_path: Path, marker: str, port: int, cwd: Path, config: str = ""
+) -> ProcessState:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         # A new session: the process outlives this command and ignores the terminal's signals.
         proc = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd, start_new_session=True
         )
-    state = ProcessState(proc.pid, marker, port)
+    state = ProcessState(proc.pid, marker, port, config)
     state_path.write_text(json.dumps(asdict(state)))
     return state
 
@@ -129,21 +128,3 @@ class LocalServer:
     def running(self) -> ProcessState | None:
         state = read_state(self.state_path)
         return state if alive(state) else None
-
-
-CERT_DAYS = 3650  # the local stack's own CA and certificates
-
-
-def openssl(*args: str, cwd: Path, needed_for: str) -> None:
-    """Run one openssl command; its failure is one line naming the step."""
-    exe = shutil.which("openssl")
-    if exe is None:
-        raise StrataError(f"the openssl command is needed once to make {needed_for}")
-    result = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True)
-    if result.returncode != 0:
-        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise StrataError(f"openssl {args[0]} failed: {detail[0]}")
-
-
-def openssl_for(needed_for: str) -> Callable[..., None]:
-    return functools.partial(openssl, needed_for=needed_for)

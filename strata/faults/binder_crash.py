@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import signal
 import subprocess
 import time
 import uuid
@@ -36,6 +35,7 @@ from strata.faults.common import (
     create_node,
     env_for,
     fresh_log,
+    kill_after,
     pod_body,
     terminate,
     until,
@@ -44,7 +44,8 @@ from strata.kubeapi import ApiError, KubeApi
 from strata.log.cachelog import CacheLogReader, CacheLogWriter
 from strata.log.config import Settings
 from strata.log.errors import StrataError
-from strata.projector.state import CacheState, FoldConfig
+from strata.projector.kinds import FoldConfig
+from strata.projector.state import CacheState
 from strata.schemas import Bind, BindFailed, BindSucceeded, Evict, EvictFailed, EvictSucceeded
 
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
@@ -121,11 +122,7 @@ def _crash_loop(
     result: FaultResult, ctx: FaultContext, rng: random.Random, argv: list[str], env: dict[str, str], kills: int
 ) -> None:
     for i in range(kills):
-        proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-        time.sleep(rng.uniform(1.0, 2.5))
-        alive = proc.poll() is None
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        alive, _ = kill_after(argv, env, rng.uniform(1.0, 2.5))
         result.runs += 1
         result.passed += 1 if alive else 0
         ctx.log(f"  {argv[1]} killed ({i + 1}/{kills})")

@@ -24,9 +24,10 @@ from strata.gen import generate
 from strata.ingest.trace import read_trace
 from strata.log.cachelog import CacheLogReader, CacheLogWriter
 from strata.log.config import Settings
+from strata.projector.kinds import FoldConfig
 from strata.projector.runner import LogRunner
 from strata.projector.sqlstore import SqlCheckpointStore
-from strata.projector.state import CacheState, FoldConfig
+from strata.projector.state import CacheState
 from strata.schemas import encode
 
 

@@ -7,11 +7,8 @@ production cluster would. Built from the same Maven jars as the local stack's si
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
-import subprocess
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +16,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from strata.devstack import process
-from strata.devstack.kafka import JVM_OPTS, RESOURCES, ensure_jars, java
+from strata.devstack.kafka import RESOURCES, ensure_jars, format_storage, jvm_command, new_cluster_id
 from strata.faults.common import until
 from strata.log.errors import StrataError
 
@@ -67,38 +64,16 @@ class ThreeBrokers:
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _jvm(self, i: int) -> list[str]:
-        d = self._dir(i)
-        return [
-            java(),
-            *JVM_OPTS,
-            f"-Dlog4j2.configurationFile={d / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={d / 'logs'}",
-            "-cp",
-            f"{ensure_jars(lambda _m: None)}/*",
-        ]
+        return jvm_command(self._dir(i), ensure_jars(lambda _m: None))
 
     def format(self) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=").replace("-", "A")
+        cluster_id = new_cluster_id()
         for i in range(3):
             d = self._dir(i)
             d.mkdir(parents=True, exist_ok=True)
             (d / "log4j2.properties").write_text((RESOURCES / "log4j2.properties").read_text())
             (d / "server.properties").write_text(self._props(i))
-            out = subprocess.run(
-                [
-                    *self._jvm(i),
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "-t",
-                    cluster_id,
-                    "-c",
-                    str(d / "server.properties"),
-                ],
-                capture_output=True,
-                text=True,
-            )
-            if out.returncode != 0:
-                raise StrataError(f"formatting broker {i + 1} failed: {(out.stderr or out.stdout).strip()[-300:]}")
+            format_storage(self._jvm(i), d / "server.properties", cluster_id)
 
     def start(self, i: int) -> None:
         d = self._dir(i)

@@ -17,7 +17,8 @@ from typing import Any
 from strata.log.cachelog import CacheLogReader, LogEntry
 from strata.log.config import Settings
 from strata.log.topics import drop_topics, ensure_topics
-from strata.projector.state import CacheState, FoldConfig
+from strata.projector.kinds import FoldConfig
+from strata.projector.state import CacheState
 
 STRATA = str(Path(sys.executable).with_name("strata"))
 
@@ -87,6 +88,34 @@ def terminate(proc: subprocess.Popen[Any], timeout_s: float = 30.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
+
+
+def kill_after(
+    argv: list[str], env: dict[str, str], delay_s: float, when: str | None = None, timeout_s: float = 60.0
+) -> tuple[bool, list[str]]:
+    """Start ``argv`` and SIGKILL it ``delay_s`` after it starts, or after its stderr first holds
+    ``when``: whether it was still running when killed, and the lines it wrote to stderr."""
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    said = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if when is not None and when in line:
+                said.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if when is not None:
+        said.wait(timeout_s)
+    time.sleep(delay_s)
+    alive = proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    reader.join(10)
+    return alive, lines
 
 
 def until(

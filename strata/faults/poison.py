@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import random
 import subprocess
-import time
 import uuid
-from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import STRATA, env_for, fresh_log
@@ -39,13 +35,15 @@ from strata.log.cachelog import CacheLogReader, CacheLogWriter, Publisher, class
 from strata.log.config import Settings
 from strata.log.topics import TopicNames
 from strata.projector.state import CacheState
-from strata.schemas import BindCommand, Digest, default_catalog, encode
+from strata.schemas import BadRecord, BindCommand, Digest, LogRecord, default_catalog, encode
 from strata.schemas.codec import MARKER
 
 NAME = "poison"
 REPO = Path(__file__).resolve().parents[2]
 TRACE = REPO / "tests" / "conformance" / "c04.jsonl"
 KINDS = ("truncated", "no-marker", "unknown-fingerprint", "bad-body", "trailing-bytes", "not-a-log-record")
+# an offset's message as written: a good record, or a poison message's bytes (no record is bytes)
+Written = LogRecord | bytes
 
 
 def run(ctx: FaultContext) -> FaultResult:
@@ -101,23 +99,23 @@ def _one_run(settings: Settings, poison_count: int, rng: random.Random, result: 
     poison = make_poison(rng, [encode(r) for r in good], poison_count)
     # positions: poison i goes before good record slots[i] (len(good): after the last)
     slots = sorted(rng.randrange(len(good) + 1) for _ in poison)
-    sequence: list[tuple[str, object]] = []
+    sequence: list[Written] = []
     k = 0
     for i, record in enumerate([*good, None]):
         while k < len(slots) and slots[k] == i:
-            sequence.append(("poison", poison[k][1]))
+            sequence.append(poison[k][1])
             k += 1
         if record is not None:
-            sequence.append(("good", record))
+            sequence.append(record)
     ctx.log(f"poison: {len(good)} good records, {len(poison)} malformed messages, {settings.topic_prefix}cache-log")
 
     publisher = Publisher(settings)
     writer = CacheLogWriter(settings, publisher)
-    for what, item in sequence:
-        if what == "good":
-            writer.append(item)  # type: ignore[arg-type]
+    for item in sequence:
+        if isinstance(item, bytes):
+            publisher.publish(writer.topic, item)
         else:
-            publisher.publish(writer.topic, item)  # type: ignore[arg-type]
+            writer.append(item)
     writer.flush()
 
     quarantine = Publisher(settings)
@@ -131,16 +129,16 @@ def _one_run(settings: Settings, poison_count: int, rng: random.Random, result: 
         read += 1
         if entry.offset >= len(sequence):
             continue
-        what, item = sequence[entry.offset]
-        if what == "poison":
+        item = sequence[entry.offset]
+        if isinstance(item, bytes):
             poison_offsets.add(entry.offset)
-            if type(entry.record).__name__ != "BadRecord" or entry.record.raw != item:  # type: ignore[union-attr]
+            if not isinstance(entry.record, BadRecord) or entry.record.raw != item:
                 result.notes.append(f"offset {entry.offset}: poison read back as {type(entry.record).__name__}")
         elif entry.record != item:
             lost += 1
-    lost += sum(1 for what, _ in sequence[read:] if what == "good")
+    lost += sum(1 for item in sequence[read:] if not isinstance(item, bytes))
 
-    quarantined = _quarantined(settings, poison_offsets, {i: v for i, (w, v) in enumerate(sequence) if w == "poison"})
+    quarantined = _quarantined(settings, poison_offsets, {i: v for i, v in enumerate(sequence) if isinstance(v, bytes)})
     seen = Observed(
         offsets=len(sequence),
         poison=len(poison),
@@ -205,12 +203,12 @@ def check(seen: Observed) -> Verdict:
     return verdict
 
 
-def _written_fold(sequence: list[tuple[str, object]], skip_poison: int = 0) -> CacheState:
+def _written_fold(sequence: list[Written], skip_poison: int = 0) -> CacheState:
     """The fold of what was written, without reading the log (``skip_poison`` bad records left out)."""
     state = CacheState()
-    for what, item in sequence:
-        if what == "good":
-            state.apply(item)  # type: ignore[arg-type]
+    for item in sequence:
+        if not isinstance(item, bytes):
+            state.apply(item)
         elif skip_poison:
             skip_poison -= 1
         else:
@@ -231,31 +229,16 @@ def _snapshot_digest(settings: Settings) -> str:
 
 def _quarantined(settings: Settings, offsets: set[int], raw: dict[int, bytes], timeout_s: float = 30.0) -> int:
     """Quarantined copies whose origin is a poison offset and whose bytes are that poison's."""
-    topic = TopicNames(settings.topic_prefix).quarantine
-    consumer = Consumer(
-        settings.client_config(
-            **{
-                "group.id": f"{settings.topic_prefix}poison-check",
-                "enable.auto.commit": False,
-                "fetch.message.max.bytes": 16 << 20,
-            }
-        )
-    )
-    try:
-        end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)[1]
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        found: Counter[int] = Counter()
-        seen = 0
-        deadline = time.monotonic() + timeout_s
-        while seen < end and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=1000, timeout=1.0):
-                if msg.error() is not None:
-                    continue
-                seen = msg.offset() + 1
-                headers = dict(msg.headers() or [])
-                origin = int(headers.get("strata.origin.offset", b"-1"))
-                if origin in offsets and (msg.value() or b"") == raw[origin] and headers.get("strata.reason"):
-                    found[origin] += 1
-        return sum(1 for n in found.values() if n >= 1)
-    finally:
-        consumer.close()
+    quarantine = CacheLogReader(settings, topic=TopicNames(settings.topic_prefix).quarantine)
+    found: set[int] = set()
+    for msg in quarantine.messages(timeout_s=timeout_s):
+        headers = dict(msg.headers() or [])
+        origin = _origin(headers.get("strata.origin.offset"))
+        if origin in offsets and (msg.value() or b"") == raw[origin] and headers.get("strata.reason"):
+            found.add(origin)
+    return len(found)
+
+
+def _origin(header: str | bytes | None) -> int:
+    """The origin offset a quarantined copy names; -1 when it names none."""
+    return -1 if header is None else int(header)

@@ -20,20 +20,17 @@ from __future__ import annotations
 
 import random
 import re
-import signal
 import subprocess
-import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
 from strata.faults import FaultContext, FaultResult, Verdict
-from strata.faults.common import STRATA, env_for, fold_digests, fresh_log
+from strata.faults.common import STRATA, env_for, fold_digests, fresh_log, kill_after
 from strata.gen import generate
 from strata.ingest.from_trace import publish_trace
+from strata.projector.kinds import FoldConfig
 from strata.projector.runner import LogRunner
 from strata.projector.sqlstore import SqlCheckpointStore
-from strata.projector.state import FoldConfig
 
 CHECKPOINT_EVERY = 2000  # records: checkpoints come every ~0.2 s, so kills land in writes too
 _RESTORED = re.compile(r"restored version (\d+)")
@@ -113,7 +110,8 @@ def run(ctx: FaultContext) -> FaultResult:
             before = newest()
             # every fourth run as it starts to restore; the others after a while of folding
             when = "restoring" if i % 4 == 1 else "restored"
-            lines = _killed(env, when, rng.uniform(0.0, 0.05) if when == "restoring" else rng.uniform(0.6, 2.0))
+            delay = rng.uniform(0.0, 0.05) if when == "restoring" else rng.uniform(0.6, 2.0)
+            _, lines = kill_after([STRATA, "project", "--checkpoint-every", str(CHECKPOINT_EVERY)], env, delay, when)
             restored = next((int(m.group(1)) for line in lines if (m := _RESTORED.search(line))), None)
             written = tuple(int(m.group(1)) for line in lines if (m := _WRITTEN.search(line)))
             kills.append(Kill(i, phase_of(lines, end), restored, written, before, newest()))
@@ -138,35 +136,6 @@ def run(ctx: FaultContext) -> FaultResult:
         )
         store.close()
     return result
-
-
-def _killed(env: dict[str, str], when: str, delay_s: float, timeout_s: float = 60.0) -> list[str]:
-    """Start `strata project`, SIGKILL it ``delay_s`` after its log first says ``when``; its log lines."""
-    proc = subprocess.Popen(
-        [STRATA, "project", "--checkpoint-every", str(CHECKPOINT_EVERY)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    said = threading.Event()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if when in line:
-                said.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    said.wait(timeout_s)
-    time.sleep(delay_s)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    reader.join(10)
-    return lines
 
 
 def _controls(

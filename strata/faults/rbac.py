@@ -7,7 +7,7 @@ Each does its job, and each is refused (403) what belongs to another. Every chec
 The evictor runs twice: in its default mode (eviction) with deploy/rbac/evictor.yaml, then in
 volcano mode with deploy/rbac/evictor-volcano.yaml (its own ServiceAccount, the delete rights).
 
-The scenario needs a checkout of Strata (deploy/rbac and tests/tokens.py) and the kube-apiserver
+The scenario needs a checkout of Strata (deploy/rbac, which the wheel lacks) and the kube-apiserver
 of `strata dev up --kube` (or the cluster of the settings' kubeconfig, where it may create
 ServiceAccounts, ClusterRoles and bindings). Tokens are never printed; the kubeconfigs holding them
 are 0600 files under the work directory, and no subprocess's output may contain them.
@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,25 +25,23 @@ from typing import Any
 
 import yaml
 
+from strata.devstack.manifests import COMPONENTS, DEPLOY, component_kubeconfig
 from strata.faults import FaultContext, FaultResult, Verdict
-from strata.faults.common import STRATA, LogView, env_for, terminate, until
+from strata.faults.common import STRATA, LogView, env_for, pod_body, terminate, until
 from strata.kubeapi import ApiError, KubeApi
 from strata.log.cachelog import CacheLogReader, CacheLogWriter
 from strata.log.errors import StrataError
 from strata.log.topics import drop_topics, ensure_topics
 from strata.schemas import Bind, BindSucceeded, Evict, EvictSucceeded, Synced
 
-REPO = Path(__file__).resolve().parents[2]
 KINDS = {"Pod", "Node", "PodGroup", "Queue", "PriorityClass", "CSINode", "HyperNode"}
 VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
 WAIT_S = 60.0
 
 
 def run(ctx: FaultContext) -> FaultResult:
-    if not (REPO / "deploy" / "rbac").is_dir() or not (REPO / "tests" / "tokens.py").is_file():
-        raise StrataError(f"the rbac scenario needs a checkout of Strata (deploy/rbac, tests/); {REPO} is none")
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))  # tests.tokens: the manifests' apply helper
+    if not DEPLOY.is_dir():
+        raise StrataError(f"the rbac scenario needs a checkout of Strata (deploy/rbac); {DEPLOY.parents[1]} is none")
     admin = ctx.settings.kubeconfig or os.environ.get("KUBECONFIG")
     if not admin:
         raise StrataError("the rbac scenario needs the admin kubeconfig (--kubeconfig or KUBECONFIG)")
@@ -116,8 +113,6 @@ class _Scenario:
 
     # ------------------------------------------------------------------------------ setup
     def run(self) -> None:
-        from tests.tokens import COMPONENTS, component_kubeconfig
-
         self.ctx.workdir.mkdir(parents=True, exist_ok=True)
         (self.ctx.workdir / "data").mkdir(exist_ok=True)
         for component in COMPONENTS:
@@ -175,22 +170,10 @@ class _Scenario:
         )
         # b1 waits to be bound; e1 and v1 run on the node (no kubelet: their status says so)
         for name in ("b1", "e1", "v1"):
-            spec: dict[str, Any] = {
-                "schedulerName": "volcano",
-                "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}],
-            }
+            body = pod_body(self.ns, name, "pg")
             if name != "b1":
-                spec["nodeName"] = self.node
-            pod = api.request(
-                "POST",
-                f"/api/v1/namespaces/{self.ns}/pods",
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "metadata": {"name": name, "annotations": {"scheduling.k8s.io/group-name": "pg"}},
-                    "spec": spec,
-                },
-            )
+                body["spec"]["nodeName"] = self.node
+            pod = api.request("POST", f"/api/v1/namespaces/{self.ns}/pods", body)
             self.uids[name] = pod["metadata"]["uid"]
             if name != "b1":
                 running = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
@@ -213,6 +196,11 @@ class _Scenario:
         tail = self.outputs[name].read_text(errors="replace").strip().splitlines()[-1:] or [""]
         self.expect(proc.returncode == 0, f"{name}: exited {proc.returncode}: {tail[0][:200]}")
 
+    def _log(self) -> LogView:
+        if self.log is None:
+            raise StrataError("the rbac scenario's phases run after its log view is open")
+        return self.log
+
     def _alive(self, name: str) -> bool:
         return self.procs[name].poll() is None
 
@@ -229,15 +217,15 @@ class _Scenario:
     # ------------------------------------------------------------------------------ phases
     def ingest(self) -> None:
         self.ctx.log("rbac: strata ingest with the strata-ingest token")
-        assert self.log is not None
+        log = self._log()
         self.granted("ingest", "/api/v1/pods?limit=1")
         self._start("ingest", "ingest", "ingest")
-        synced = _until(lambda: {r.kind for r in self.log.of(Synced)} >= KINDS or not self._alive("ingest"))
+        synced = _until(lambda: {r.kind for r in log.of(Synced)} >= KINDS or not self._alive("ingest"))
         synced = synced and self._alive("ingest")
-        self.expect(synced, f"ingest: not SYNCED on all seven kinds: {sorted({r.kind for r in self.log.of(Synced)})}")
+        self.expect(synced, f"ingest: not SYNCED on all seven kinds: {sorted({r.kind for r in log.of(Synced)})}")
         want = {"b1": "Pending", "e1": "Running", "v1": "Running"}
-        _until(lambda: self.log.tasks(self.ns) == want and f"{self.ns}/pg" in self.log.state.podgroups, 30.0)
-        tasks = self.log.tasks(self.ns)
+        _until(lambda: log.tasks(self.ns) == want and f"{self.ns}/pg" in log.state.podgroups, 30.0)
+        tasks = log.tasks(self.ns)
         self.result.records_lost += len(set(want) - set(tasks))
         self.expect(tasks == want, f"ingest: the fold's tasks are {tasks}, not {want}")
         ns = f"/api/v1/namespaces/{self.ns}"
@@ -249,7 +237,7 @@ class _Scenario:
 
     def binder(self) -> None:
         self.ctx.log("rbac: strata bind with the strata-binder token")
-        assert self.log is not None
+        log = self._log()
         ns = f"/api/v1/namespaces/{self.ns}"
         self.granted("binder", f"{ns}/pods/b1")
         writer = CacheLogWriter(self.settings)
@@ -259,10 +247,10 @@ class _Scenario:
 
         def bound() -> bool:
             node = self.admin.request("GET", f"{ns}/pods/b1")["spec"].get("nodeName")
-            return node == self.node and any(r.pod == self.uids["b1"] for r in self.log.of(BindSucceeded))
+            return node == self.node and any(r.pod == self.uids["b1"] for r in log.of(BindSucceeded))
 
         self.expect(_until(bound), "binder: b1 was not bound (nodeName and BIND_SUCCEEDED)")
-        succeeded = [r for r in self.log.of(BindSucceeded) if r.pod == self.uids["b1"]]
+        succeeded = [r for r in log.of(BindSucceeded) if r.pod == self.uids["b1"]]
         self.result.duplicates += max(0, len(succeeded) - 1)
         self.refused("binder", "deleting a pod", "DELETE", f"{ns}/pods/b1")
         self.refused("binder", "evicting a pod", "POST", f"{ns}/pods/e1/eviction", self._eviction("e1"))
@@ -271,7 +259,7 @@ class _Scenario:
         self._stop("bind")
 
     def evictor(self) -> None:
-        assert self.log is not None
+        log = self._log()
         ns = f"/api/v1/namespaces/{self.ns}"
         for who, mode, pod in (("evictor", "eviction", "e1"), ("evictor-volcano", "volcano", "v1")):
             self.ctx.log(f"rbac: strata evict --mode {mode} with the {who} token")
@@ -284,13 +272,13 @@ class _Scenario:
                         "--instance", f"rbac-{self.tag}-{mode}")  # fmt: skip
 
             def evicted(pod: str = pod) -> bool:
-                if not any(r.pod == self.uids[pod] for r in self.log.of(EvictSucceeded)):
+                if not any(r.pod == self.uids[pod] for r in log.of(EvictSucceeded)):
                     return False
                 answer = self.admin.call("GET", f"{ns}/pods/{pod}")
                 return answer.status == 404 or bool(answer.body["metadata"].get("deletionTimestamp"))
 
             self.expect(_until(evicted), f"{who}: {pod} was not evicted (EVICT_SUCCEEDED and a deleted pod)")
-            succeeded = [r for r in self.log.of(EvictSucceeded) if r.pod == self.uids[pod]]
+            succeeded = [r for r in log.of(EvictSucceeded) if r.pod == self.uids[pod]]
             self.result.duplicates += max(0, len(succeeded) - 1)
             self.refused(who, "binding a pod", "POST", f"{ns}/pods/b1/binding", self._binding("b1"))
             self.refused(who, "updating a PodGroup", "PUT", f"{VOLCANO}/namespaces/{self.ns}/podgroups/pg", self._pg())
@@ -358,13 +346,14 @@ class _Scenario:
             self.log.close()
         api = self.admin
         ns = f"/api/v1/namespaces/{self.ns}"
-        for method, path, query in (
+        deletions: tuple[tuple[str, str, dict[str, Any]], ...] = (
             ("DELETE", f"{ns}/pods", {"gracePeriodSeconds": 0}),
             ("DELETE", f"{VOLCANO}/namespaces/{self.ns}/podgroups/pg", {}),
             ("DELETE", f"{ns}/events", {}),
             ("DELETE", f"/api/v1/nodes/{self.node}", {}),
             ("DELETE", f"{VOLCANO}/queues/{self.queue}", {}),
-        ):
+        )
+        for method, path, query in deletions:
             with contextlib.suppress(Exception):
                 api.call(method, path, **query)
         with contextlib.suppress(Exception):
@@ -373,8 +362,8 @@ class _Scenario:
             current = api.request("GET", ns)
             current["spec"]["finalizers"] = []
             api.call("PUT", f"{ns}/finalize", current)
-        for path in self.kubeconfigs.values():
-            path.unlink(missing_ok=True)  # the tokens expire in an hour; nothing keeps them longer
+        for kubeconfig in self.kubeconfigs.values():
+            kubeconfig.unlink(missing_ok=True)  # the tokens expire in an hour; nothing keeps them longer
         if self.topics:
             drop_topics(self.settings)
 

@@ -13,18 +13,19 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from strata.log.config import Settings
+from strata.log.config import ClientConfig, Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES, PUBLISHED
 from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames
 from strata.schemas import BadRecord, CodecError, LogRecord, decode, encode
 from strata.schemas.records import Record
 
-Headers = list[tuple[str, bytes]]
+Headers = list[tuple[str, str | bytes | None]]  # as the producer takes them; Strata's are bytes
 _NOT_YET = frozenset(  # answers about a topic that a broker does not fully know yet
     {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
 )
@@ -35,7 +36,7 @@ class DeliveryError(StrataError):
     """A message the broker did not take. The publisher stops rather than skip it."""
 
 
-def producer_config(settings: Settings, **overrides: object) -> dict[str, object]:
+def producer_config(settings: Settings, **overrides: object) -> ClientConfig:
     return settings.client_config(
         **{
             "enable.idempotence": True,
@@ -74,7 +75,7 @@ class Publisher:
             def report(err: KafkaError | None, msg: Message) -> None:
                 self._on_delivery(err, msg)
                 if err is None:
-                    on_offset(msg.offset())
+                    on_offset(offset_of(msg))
 
         while True:
             try:
@@ -93,14 +94,14 @@ class Publisher:
         if remaining:
             raise DeliveryError(f"{remaining} message(s) still undelivered after {timeout_s:g} s")
 
-    def _on_delivery(self, err: KafkaError | None, msg: object) -> None:
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         with self._lock:
             if err is not None:
-                self._errors.append(f"{msg.topic()}: {err.str()}")  # type: ignore[attr-defined]
+                self._errors.append(f"{msg.topic()}: {err.str()}")
             else:
-                topic = msg.topic()  # type: ignore[attr-defined]
+                topic, partition = where(msg)
                 self.delivered[topic] += 1
-                self.last_offset[(topic, msg.partition())] = msg.offset()  # type: ignore[attr-defined]
+                self.last_offset[(topic, partition)] = offset_of(msg)
                 PUBLISHED.labels(topic).inc()
 
     def _raise_on_failure(self) -> None:
@@ -229,9 +230,10 @@ class CacheLogReader:
                 if not batch:
                     raise StrataError(f"no message from {self.topic} for {timeout_s:g} s at offset {next_offset}")
                 for msg in self._valid(batch):
-                    if msg.offset() >= end:
+                    offset = offset_of(msg)
+                    if offset >= end:
                         break
-                    next_offset = msg.offset() + 1
+                    next_offset = offset + 1
                     yield msg
                 # The end of the partition before ``end``: what is left are offsets no message
                 # holds (a transaction's marker), which Strata's gap check then reports.
@@ -264,7 +266,8 @@ class CacheLogReader:
 
     def entry(self, msg: Message) -> LogEntry:
         """A message of the cache log as an entry (a bad one counted and quarantined)."""
-        return LogEntry(msg.offset(), msg.timestamp()[1], self._decode(msg.value() or b"", msg.offset()))
+        offset = offset_of(msg)
+        return LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
 
     def _valid(self, batch: list[Message]) -> Iterator[Message]:
         for msg in batch:
@@ -323,8 +326,8 @@ def classify(value: bytes) -> tuple[LogRecord | None, str, str]:
         record = decode(value)
     except CodecError as exc:
         return None, exc.reason, str(exc)
-    if isinstance(record, BadRecord) or _is_log_record(record):
-        return record, "", ""  # type: ignore[return-value]
+    if isinstance(record, BadRecord) or is_log_record(record):
+        return record, "", ""
     return None, "not-a-log-record", f"{record.SCHEMA} does not belong in the cache log"
 
 
@@ -337,5 +340,22 @@ def _is_eof(msg: Message) -> bool:
     return err is not None and err.code() == KafkaError._PARTITION_EOF
 
 
-def _is_log_record(record: Record) -> bool:
+def is_log_record(record: Record) -> TypeGuard[LogRecord]:
+    """Whether a decoded record belongs in the cache log (commands and digests do not)."""
     return record.SCHEMA.startswith("strata.log.")
+
+
+def offset_of(msg: Message) -> int:
+    """The offset of a message read from a partition or delivered to one (only an error event has none)."""
+    offset = msg.offset()
+    if offset is None:
+        raise StrataError(f"a message of {msg.topic()} without an offset")
+    return offset
+
+
+def where(msg: Message) -> tuple[str, int]:
+    """The topic and partition of a message read or delivered (only an error event has none)."""
+    topic, partition = msg.topic(), msg.partition()
+    if topic is None or partition is None:
+        raise StrataError("a message without its topic and partition")
+    return topic, partition

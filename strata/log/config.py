@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from strata.log.errors import StrataError
 
@@ -24,6 +25,9 @@ DEFAULT_DATA_DIR = ".strata"
 KAFKA_LOGGER = logging.getLogger("strata.kafka")
 _PASS_THROUGH_ENV = re.compile(r"^STRATA_KAFKA_(SECURITY_PROTOCOL|SASL_[A-Z0-9_]+|SSL_[A-Z0-9_]+)$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9._-]*$")
+
+ClientConfig = dict[str, Any]
+"""librdkafka properties: strings, numbers and booleans, and objects such as the logger."""
 
 
 @dataclass(frozen=True)
@@ -50,13 +54,13 @@ class Settings:
         """The checkpoint store: STRATA_DB_URL, else SQLite under the data directory."""
         return self.db_url or f"sqlite:///{(self.data_dir / 'strata.db').resolve()}"
 
-    def client_config(self, **overrides: object) -> dict[str, object]:
+    def client_config(self, **overrides: object) -> ClientConfig:
         """librdkafka configuration for any client of this deployment."""
         # librdkafka's own log lines go through Python logging (the CLI shows warnings on stderr)
         return {"bootstrap.servers": self.bootstrap, "logger": KAFKA_LOGGER, **self.kafka, **overrides}
 
-    def with_(self, **changes: object) -> Settings:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
 
 
 def kafka_properties_from_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -16,7 +16,7 @@ from typing import Literal
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic, TopicMetadata
 
-from strata.log.config import Settings
+from strata.log.config import ClientConfig, Settings
 from strata.log.errors import StrataError
 
 Work = Literal["bind", "evict"]
@@ -109,7 +109,7 @@ def admin_client(settings: Settings) -> AdminClient:
     return AdminClient(settings.client_config())
 
 
-def drop_topics(settings: Settings, config: dict[str, object] | None = None, timeout_s: float = 60.0) -> list[str]:
+def drop_topics(settings: Settings, config: ClientConfig | None = None, timeout_s: float = 60.0) -> list[str]:
     """Delete every topic whose name starts with the settings' prefix (a test's, a benchmark's or a
     fault scenario's own prefix); ``config`` replaces the settings' client configuration."""
     admin = AdminClient(config if config is not None else settings.client_config())
