@@ -340,17 +340,17 @@ class CommandWorker:
         result = item.result
         assert result is not None
         if result.kind == "ok":
-            self._outcome(producer, self.spec.succeeded(item.command))
+            self._outcome(self.spec.succeeded(item.command))
             return [(metrics.OUTCOMES, work, "succeeded")]
         if result.kind == "transient" and not self.stage.last:
             self._forward(producer, item.msg, self.stage.next_topic, result.reason)
             return [(metrics.RETRIES, work, self.stage.next_topic)]
         cause = "terminal" if result.kind == "terminal" else "exhausted"
         self._forward(producer, item.msg, self.dead_letter, result.reason, reason=cause)
-        self._outcome(producer, self.spec.failed(item.command, result.reason))
+        self._outcome(self.spec.failed(item.command, result.reason))
         return [(metrics.DEAD_LETTERS, work, cause), (metrics.OUTCOMES, work, "failed")]
 
-    def _outcome(self, producer: Producer, record: LogRecord) -> None:
+    def _outcome(self, record: LogRecord) -> None:
         self._outcomes.publish(self.cache_log, encode(record), key=record_key(record))
 
     def _forward(self, producer: Producer, msg: Message, topic: str, error: str, reason: str = "") -> None:

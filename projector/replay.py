@@ -133,9 +133,3 @@ def replay_file(path: Path, **kwargs: Any) -> tuple[CacheState, ReplayReport]:
             return replay_lines(f, **kwargs)
     except OSError as exc:
         raise FileNotFoundError(f"cannot read trace {path}: {exc.strerror}") from exc
-
-
-def replay_records(records: Iterable[object], state: CacheState) -> CacheState:
-    for record in records:
-        state.apply(record)  # type: ignore[arg-type]
-    return state

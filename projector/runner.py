@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from confluent_kafka import KafkaException
 
 from strata.digests import DigestReporter
-from strata.log.cachelog import CacheLogReader, Publisher
+from strata.log.cachelog import CacheLogReader, LogEntry, Publisher
 from strata.log.config import Settings
 from strata.projector import audit, statecodec
 from strata.projector.auditstore import AuditIndex
@@ -111,56 +111,85 @@ class LogRunner:
         LOG.info("restoring the newest checkpoint")
         state = self.restore(at_or_below=audit_index.indexed_to(self.identity) if audit_index else None)
         LOG.info("restored version %d", state.version)
-        progress = Progress(state.version, self.reader.end_offset())
-        idle_at = -1
-        saved_version = state.version
+        run = _Following(self, state, audit_index, digests, Progress(state.version, self.reader.end_offset()))
         last_checkpoint = last_report = time.monotonic()
-        pending: list[audit.AuditEntry] = []
+        idle_at = -1
         for entry in self.reader.follow(state.version, stop):
+            now = time.monotonic()
+            due = False
             if entry is not None:
-                ctx = audit.context(state, entry.record) if audit_index else None
-                outcome = state.apply_at(entry.offset, entry.record)
-                if outcome.result == "bad":
-                    progress.bad += 1
-                if audit_index is not None:
-                    pending.append(
-                        audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object)
-                    )
-                    if len(pending) >= AUDIT_BATCH:
-                        audit_index.write(self.identity, pending, state.version)
-                        pending.clear()
-                progress.version = state.version
-                if digests is not None and digests.due(state.version):
-                    digests.offer(state.snapshot())
+                due = state.version + 1 - run.saved_version >= every_records
+                run.apply(entry, digest_due=not due)
             elif idle_at != state.version:
                 idle_at = state.version
                 LOG.info("idle at version %d", state.version)
-            now = time.monotonic()
-            due = state.version - saved_version >= every_records or (
-                now - last_checkpoint >= every_seconds and state.version != saved_version
-            )
-            if (due or (pending and entry is None)) and audit_index is not None:
-                audit_index.write(self.identity, pending, state.version)
-                pending.clear()
+            due = due or (now - last_checkpoint >= every_seconds and state.version != run.saved_version)
             if due:
-                info = self.checkpoint(state)
-                if digests is not None:
-                    digests.report(info.version, info.digest)
-                progress.checkpoints += 1
-                saved_version, last_checkpoint = state.version, now
+                run.save()
+                last_checkpoint = now
+            elif entry is None:
+                run.flush_audit()  # the log went quiet: the index catches up
             if now - last_report >= report_seconds:
-                progress.end = max(self._end_or(progress.end), state.version)
-                report(progress)
+                run.progress.end = max(self._end_or(run.progress.end), state.version)
+                report(run.progress)
                 last_report = now
-        if audit_index is not None and pending:
-            audit_index.write(self.identity, pending, state.version)
-        if state.version != saved_version:
-            info = self.checkpoint(state)
-            progress.checkpoints += 1
-            if digests is not None:
-                digests.report(info.version, info.digest)
+        run.save()
         if digests is not None:
             digests.drain()
-        progress.end = max(progress.end, state.version)
-        report(progress)
+        run.progress.end = max(run.progress.end, state.version)
+        report(run.progress)
         return state
+
+
+class _Following:
+    """One follow of the log: the state, its audit entries not yet written, the last checkpoint."""
+
+    def __init__(
+        self,
+        runner: LogRunner,
+        state: CacheState,
+        audit_index: AuditIndex | None,
+        digests: DigestReporter | None,
+        progress: Progress,
+    ) -> None:
+        self.runner = runner
+        self.state = state
+        self.audit_index = audit_index
+        self.digests = digests
+        self.progress = progress
+        self.saved_version = state.version
+        self.pending: list[audit.AuditEntry] = []
+
+    def apply(self, entry: LogEntry, digest_due: bool) -> None:
+        """Fold one entry; its audit entry is kept, and a digest offered at an agreed version
+        (``digest_due`` is False when a checkpoint, which reports its own, comes right after)."""
+        state = self.state
+        ctx = audit.context(state, entry.record) if self.audit_index else None
+        outcome = state.apply_at(entry.offset, entry.record)
+        if outcome.result == "bad":
+            self.progress.bad += 1
+        if self.audit_index is not None:
+            self.pending.append(
+                audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object)
+            )
+            if len(self.pending) >= AUDIT_BATCH:
+                self.flush_audit()
+        self.progress.version = state.version
+        if digest_due and self.digests is not None and self.digests.due(state.version):
+            self.digests.offer(state.snapshot())
+
+    def flush_audit(self) -> None:
+        if self.audit_index is not None and self.pending:
+            self.audit_index.write(self.runner.identity, self.pending, self.state.version)
+            self.pending.clear()
+
+    def save(self) -> None:
+        """The audit entries, then a checkpoint and its digest, unless this version is saved already."""
+        self.flush_audit()
+        if self.state.version == self.saved_version:
+            return
+        info = self.runner.checkpoint(self.state)
+        if self.digests is not None:
+            self.digests.report(info.version, info.digest)
+        self.progress.checkpoints += 1
+        self.saved_version = self.state.version

@@ -72,94 +72,19 @@ class Snapshot:
 
     def _render(self) -> dict[str, Any]:
         jobs_shown = {key: pg for key, pg in self.podgroups.items() if self.job_queue(pg) in self.queues}
-        node_tasks: dict[str, list[str]] = {}
-        node_releasing: dict[str, dict[str, int]] = {}
-        job_tasks: dict[str, dict[str, Any]] = {key: {} for key in jobs_shown}
-        job_allocated: dict[str, dict[str, int]] = {key: {} for key in jobs_shown}
-        job_total: dict[str, dict[str, int]] = {key: {} for key in jobs_shown}
+        sums = _TaskSums(jobs_shown)
         for uid, t in self.tasks.items():
-            if t.node and t.status not in OFF_NODE:
-                node_tasks.setdefault(t.node, []).append(uid)
-                if t.status == TaskStatus.RELEASING:
-                    _accumulate(node_releasing.setdefault(t.node, {}), t.resreq)
-            if t.job in job_tasks:
-                job_tasks[t.job][uid] = {
-                    "uid": uid,
-                    "name": t.name,
-                    "namespace": t.namespace,
-                    "node": t.node,
-                    "status": t.status,
-                    "priority": t.priority,
-                    "resreq": nonzero(t.resreq),
-                    "preemptable": t.preemptable,
-                    "bestEffort": t.best_effort,
-                    "role": t.role,
-                }
-                _accumulate(job_total[t.job], t.resreq)
-                if t.status in ALLOCATED:
-                    _accumulate(job_allocated[t.job], t.resreq)
-
-        nodes = {}
-        for name, n in self.nodes.items():
-            csi = self.csinodes.get(name)
-            allocatable = kinds.node_allocatable(n, csi)
-            used = self.node_used.get(name) or {}
-            idle = dict(allocatable)
-            for k, v in used.items():
-                idle[k] = idle.get(k, 0) - v
-            nodes[name] = {
-                "allocatable": nonzero(allocatable),
-                "capability": nonzero(kinds.node_capability(n, csi)),
-                "idle": nonzero(idle),
-                "used": nonzero(used),
-                "releasing": nonzero(node_releasing.get(name, {})),
-                "pipelined": {},
-                "tasks": sorted(node_tasks.get(name, [])),
-                "unschedulable": n.unschedulable,
-                "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in n.taints],
-                "labels": dict(n.labels),
-                "revocableZone": n.revocable_zone,
-            }
-        jobs = {
-            key: {
-                "name": pg.name,
-                "namespace": pg.namespace,
-                "podGroupUid": pg.uid,
-                "queue": self.job_queue(pg),
-                "minAvailable": pg.min_member,
-                "taskMinAvailable": dict(pg.min_task_member),
-                "podGroupPhase": pg.phase,
-                "preemptable": pg.preemptable,
-                "priority": self.job_priority(pg),
-                "allocated": nonzero(job_allocated[key]),
-                "totalRequest": nonzero(job_total[key]),
-                "tasks": job_tasks[key],
-            }
-            for key, pg in jobs_shown.items()
-        }
-        queues = {
-            name: {
-                "weight": q.weight,
-                "reclaimable": q.reclaimable,
-                "state": q.state,
-                "parent": q.parent,
-                "priority": q.priority,
-                "capability": nonzero(q.capability),
-                "deserved": nonzero(q.deserved),
-                "guarantee": nonzero(q.guarantee),
-            }
-            for name, q in self.queues.items()
-        }
-        entries = hypernode_entries(dict(self.hypernodes.items()), {n: v.labels for n, v in self.nodes.items()})
+            sums.add(uid, t)
+        hypernodes = hypernode_entries(dict(self.hypernodes.items()), {n: v.labels for n, v in self.nodes.items()})
         by_tier: dict[str, list[str]] = {}
-        for name, e in entries.items():
+        for name, e in hypernodes.items():
             by_tier.setdefault(str(e.tier), []).append(name)
         return {
             "version": self.version,
             "nodeList": self.node_list(),
-            "nodes": nodes,
-            "jobs": jobs,
-            "queues": queues,
+            "nodes": {name: self._node_entry(name, n, sums) for name, n in self.nodes.items()},
+            "jobs": {key: self._job_entry(key, pg, sums) for key, pg in jobs_shown.items()},
+            "queues": {name: _queue_entry(q) for name, q in self.queues.items()},
             "hyperNodes": {
                 name: {
                     "tier": e.tier,
@@ -168,13 +93,97 @@ class Snapshot:
                     "children": e.children,
                     "nodes": e.nodes,
                 }
-                for name, e in entries.items()
+                for name, e in hypernodes.items()
             },
             "hyperNodesByTier": {tier: sorted(names) for tier, names in by_tier.items()},
             "csiNodes": {name: dict(c.drivers) for name, c in self.csinodes.items()},
             "revocableNodes": sorted(name for name, n in self.nodes.items() if n.revocable_zone),
             "defaultPriority": self.default_priority,
         }
+
+    def _node_entry(self, name: str, n: kinds.NodeView, sums: _TaskSums) -> dict[str, Any]:
+        csi = self.csinodes.get(name)
+        allocatable = kinds.node_allocatable(n, csi)
+        used = self.node_used.get(name) or {}
+        idle = dict(allocatable)
+        for k, v in used.items():
+            idle[k] = idle.get(k, 0) - v
+        return {
+            "allocatable": nonzero(allocatable),
+            "capability": nonzero(kinds.node_capability(n, csi)),
+            "idle": nonzero(idle),
+            "used": nonzero(used),
+            "releasing": nonzero(sums.node_releasing.get(name, {})),
+            "pipelined": {},
+            "tasks": sorted(sums.node_tasks.get(name, [])),
+            "unschedulable": n.unschedulable,
+            "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in n.taints],
+            "labels": dict(n.labels),
+            "revocableZone": n.revocable_zone,
+        }
+
+    def _job_entry(self, key: str, pg: kinds.PodGroupView, sums: _TaskSums) -> dict[str, Any]:
+        return {
+            "name": pg.name,
+            "namespace": pg.namespace,
+            "podGroupUid": pg.uid,
+            "queue": self.job_queue(pg),
+            "minAvailable": pg.min_member,
+            "taskMinAvailable": dict(pg.min_task_member),
+            "podGroupPhase": pg.phase,
+            "preemptable": pg.preemptable,
+            "priority": self.job_priority(pg),
+            "allocated": nonzero(sums.job_allocated[key]),
+            "totalRequest": nonzero(sums.job_total[key]),
+            "tasks": sums.job_tasks[key],
+        }
+
+
+def _queue_entry(q: kinds.QueueView) -> dict[str, Any]:
+    return {
+        "weight": q.weight,
+        "reclaimable": q.reclaimable,
+        "state": q.state,
+        "parent": q.parent,
+        "priority": q.priority,
+        "capability": nonzero(q.capability),
+        "deserved": nonzero(q.deserved),
+        "guarantee": nonzero(q.guarantee),
+    }
+
+
+class _TaskSums:
+    """What the tasks add up to per node (its tasks, what is releasing) and per shown job (its
+    tasks, their requests, what is allocated): one pass over the tasks for the whole rendering."""
+
+    def __init__(self, jobs_shown: dict[str, kinds.PodGroupView]) -> None:
+        self.node_tasks: dict[str, list[str]] = {}
+        self.node_releasing: dict[str, dict[str, int]] = {}
+        self.job_tasks: dict[str, dict[str, Any]] = {key: {} for key in jobs_shown}
+        self.job_allocated: dict[str, dict[str, int]] = {key: {} for key in jobs_shown}
+        self.job_total: dict[str, dict[str, int]] = {key: {} for key in jobs_shown}
+
+    def add(self, uid: str, t: kinds.PodView) -> None:
+        if t.node and t.status not in OFF_NODE:
+            self.node_tasks.setdefault(t.node, []).append(uid)
+            if t.status == TaskStatus.RELEASING:
+                _accumulate(self.node_releasing.setdefault(t.node, {}), t.resreq)
+        if t.job in self.job_tasks:
+            self.job_tasks[t.job][uid] = {
+                "uid": uid,
+                "name": t.name,
+                "namespace": t.namespace,
+                "node": t.node,
+                "status": t.status,
+                "priority": t.priority,
+                "resreq": nonzero(t.resreq),
+                "preemptable": t.preemptable,
+                "bestEffort": t.best_effort,
+                "role": t.role,
+            }
+            _accumulate(self.job_total[t.job], t.resreq)
+            if t.status in ALLOCATED:
+                _accumulate(self.job_allocated[t.job], t.resreq)
 
 
 def _accumulate(total: dict[str, int], add: dict[str, int]) -> None:

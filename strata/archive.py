@@ -236,7 +236,6 @@ def export_archive(
         raise StrataError("--records-per-file must be at least 1")
     started = time.monotonic()
     reader = RawLogReader(settings)
-    cluster_id = reader.cluster_id()
     end = reader.end_offset()
     stop = end if stop is None else stop
     if stop > end:
@@ -245,6 +244,39 @@ def export_archive(
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StrataError(f"cannot create {directory}: {exc.strerror}") from exc
+    manifest, state = _open_archive(settings, reader, directory, start, end, force, fold)
+    first = manifest.next_offset
+    writer = _FileWriter(directory, manifest, state, codec, TransferReport(first_offset=first, next_offset=first))
+    total = stop - first
+    lo, hi = first, min(first + records_per_file, stop)
+    for msg in reader.read_raw(first, stop) if first < stop else ():
+        while msg.offset >= hi:
+            writer.close(lo, hi)
+            lo, hi = hi, min(hi + records_per_file, stop)
+        writer.add(msg)
+        if progress is not None and writer.report.records % 1000 == 0:
+            progress(msg.offset + 1 - first, total)
+    while lo < stop:
+        writer.close(lo, hi)
+        lo, hi = hi, min(hi + records_per_file, stop)
+    if progress is not None and first < stop:
+        progress(total, total)
+    writer.report.seconds = time.monotonic() - started
+    return writer.report
+
+
+def _open_archive(
+    settings: Settings,
+    reader: RawLogReader,
+    directory: Path,
+    start: int | None,
+    end: int,
+    force: bool,
+    fold: FoldConfig | None,
+) -> tuple[Manifest, CacheState]:
+    """The archive's manifest (a new one, or the one there, checked against this log) and the fold
+    at its next offset (``manifest.next_offset``)."""
+    cluster_id = reader.cluster_id()
     manifest = read_manifest(directory)
     if manifest is None:
         first = start or 0
@@ -257,46 +289,63 @@ def export_archive(
             for entry in CacheLogReader(settings).read(0, first):
                 state.apply_at(entry.offset, entry.record)
             manifest.base = _write_state(directory, BASE, state, first)
-    else:
-        first = manifest.next_offset
-        if (manifest.topic, manifest.cluster_id) != (reader.topic, cluster_id) and not force:
-            raise StrataError(
-                f"{directory} archives {manifest.topic} of cluster {manifest.cluster_id}, not {reader.topic} "
-                f"of cluster {cluster_id}; --force continues it from this log"
-            )
-        if start is not None and start != first:
-            raise StrataError(f"{directory} ends at offset {first - 1}; an export into it continues from {first}")
-        if fold is not None and _fold_doc(fold) != manifest.fold:
-            raise StrataError(f"{directory} was folded with other settings ({_fold_config(manifest).identity})")
-        if first > end:
-            raise StrataError(f"{directory} ends at offset {first - 1}, beyond the log's end ({end}): another log?")
-        _check_same_log(reader, directory, manifest)
-        state = _resume_state(directory, manifest)
-        manifest.topic, manifest.cluster_id, manifest.strata_version = reader.topic, cluster_id, __version__
-    report = TransferReport(first_offset=first, next_offset=first)
-    if first >= stop:
-        report.seconds = time.monotonic() - started
-        return report
+        return manifest, state
+    first = manifest.next_offset
+    if (manifest.topic, manifest.cluster_id) != (reader.topic, cluster_id) and not force:
+        raise StrataError(
+            f"{directory} archives {manifest.topic} of cluster {manifest.cluster_id}, not {reader.topic} "
+            f"of cluster {cluster_id}; --force continues it from this log"
+        )
+    if start is not None and start != first:
+        raise StrataError(f"{directory} ends at offset {first - 1}; an export into it continues from {first}")
+    if fold is not None and _fold_doc(fold) != manifest.fold:
+        raise StrataError(f"{directory} was folded with other settings ({_fold_config(manifest).identity})")
+    if first > end:
+        raise StrataError(f"{directory} ends at offset {first - 1}, beyond the log's end ({end}): another log?")
+    _check_same_log(reader, directory, manifest)
+    state = _resume_state(directory, manifest)
+    manifest.topic, manifest.cluster_id, manifest.strata_version = reader.topic, cluster_id, __version__
+    return manifest, state
 
-    buffer: list[dict[str, Any]] = []
-    fingerprints: set[str] = set()
-    total = stop - first
 
-    def close_file(lo: int, hi: int) -> None:
-        name = file_name(lo, hi - 1)
-        fps = tuple(sorted(fingerprints))
+class _FileWriter:
+    """Buffers an export's messages, folds them, and writes one container file per offset range."""
+
+    def __init__(
+        self, directory: Path, manifest: Manifest, state: CacheState, codec: str, report: TransferReport
+    ) -> None:
+        self.directory = directory
+        self.manifest = manifest
+        self.state = state
+        self.codec = codec
+        self.report = report
+        self.buffer: list[dict[str, Any]] = []
+        self.fingerprints: set[str] = set()
+
+    def add(self, msg: RawMessage) -> None:
+        self.buffer.append(msg._asdict())
+        fp = fingerprint_of(msg.value)
+        if fp is not None:
+            self.fingerprints.add(fp)
+        self.state.apply_at(msg.offset, decode_message(msg.value, msg.offset, self.manifest.topic))
+        self.report.records += 1
+
+    def close(self, lo: int, hi: int) -> None:
+        """Write offsets [lo, hi) as one file, then the fold after it, then the manifest naming it."""
+        manifest, name = self.manifest, file_name(lo, hi - 1)
+        fps = tuple(sorted(self.fingerprints))
         metadata = {
-            "strata.topic": reader.topic,
-            "strata.cluster_id": cluster_id,
+            "strata.topic": manifest.topic,
+            "strata.cluster_id": manifest.cluster_id,
             "strata.first_offset": str(lo),
             "strata.last_offset": str(hi - 1),
             "strata.fingerprints": ",".join(fps),
             "strata.version": __version__,
         }
-        path = directory / name
+        path = self.directory / name
         tmp = path.with_name(f".{name}.tmp")
         with open(tmp, "wb") as f:
-            fastavro.writer(f, SCHEMA, buffer, codec=codec, metadata=metadata)
+            fastavro.writer(f, SCHEMA, self.buffer, codec=self.codec, metadata=metadata)
             f.flush()
             os.fsync(f.fileno())
         tmp.replace(path)
@@ -304,44 +353,23 @@ def export_archive(
             name=name,
             first_offset=lo,
             last_offset=hi - 1,
-            records=len(buffer),
+            records=len(self.buffer),
             bytes=path.stat().st_size,
             sha256=sha256_of(path),
-            digest=state.snapshot().digest(),
-            codec=codec,
-            topic=reader.topic,
-            cluster_id=cluster_id,
+            digest=self.state.snapshot().digest(),
+            codec=self.codec,
+            topic=manifest.topic,
+            cluster_id=manifest.cluster_id,
             fingerprints=fps,
         )
         manifest.files.append(entry)
-        manifest.checkpoint = _write_state(directory, CHECKPOINT, state, hi)
-        write_manifest(directory, manifest)  # last: a file it does not name is not part of the archive
-        report.files += 1
-        report.bytes += entry.bytes
-        report.next_offset = hi
-        buffer.clear()
-        fingerprints.clear()
-
-    lo, hi = first, min(first + records_per_file, stop)
-    for msg in reader.read_raw(first, stop):
-        while msg.offset >= hi:
-            close_file(lo, hi)
-            lo, hi = hi, min(hi + records_per_file, stop)
-        buffer.append(msg._asdict())
-        fp = fingerprint_of(msg.value)
-        if fp is not None:
-            fingerprints.add(fp)
-        state.apply_at(msg.offset, decode_message(msg.value, msg.offset, reader.topic))
-        report.records += 1
-        if progress is not None and report.records % 1000 == 0:
-            progress(msg.offset + 1 - first, total)
-    while lo < stop:
-        close_file(lo, hi)
-        lo, hi = hi, min(hi + records_per_file, stop)
-    if progress is not None:
-        progress(total, total)
-    report.seconds = time.monotonic() - started
-    return report
+        manifest.checkpoint = _write_state(self.directory, CHECKPOINT, self.state, hi)
+        write_manifest(self.directory, manifest)  # last: a file it does not name is not part of the archive
+        self.report.files += 1
+        self.report.bytes += entry.bytes
+        self.report.next_offset = hi
+        self.buffer.clear()
+        self.fingerprints.clear()
 
 
 def _write_state(directory: Path, name: str, state: CacheState, next_offset: int) -> StateEntry:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import Counter as MetricCounter
 from prometheus_client import Gauge
 
-from strata.log.cachelog import CacheLogReader, Publisher
+from strata.log.cachelog import CacheLogReader, Publisher, offset_of
 from strata.log.config import Settings
 from strata.log.topics import TopicNames
 from strata.projector.snapshot import Snapshot
@@ -66,17 +66,21 @@ def compared_versions(digests: Iterable[Digest]) -> int:
 
 def read_digests(settings: Settings, timeout_s: float = 10.0) -> list[Digest]:
     """Every digest on the topic (what compaction left), in topic order."""
-    out: list[Digest] = []
+    return [digest for _, digest in digests_from(settings, 0, timeout_s)]
+
+
+def digests_from(settings: Settings, start: int, timeout_s: float = 10.0) -> Iterator[tuple[int, Digest]]:
+    """(offset, digest) of the digests topic from ``start`` to its end now."""
     reader = CacheLogReader(settings, topic=TopicNames(settings.topic_prefix).digests)
-    for msg in reader.messages(timeout_s=timeout_s):
+    for msg in reader.messages(start, timeout_s=timeout_s):
+        offset = offset_of(msg)
         try:
             record = decode(msg.value() or b"")
         except CodecError as exc:
-            LOG.warning("digests topic, offset %d: %s", msg.offset(), exc)
+            LOG.warning("digests topic, offset %d: %s", offset, exc)
             continue
         if isinstance(record, Digest):
-            out.append(record)
-    return out
+            yield offset, record
 
 
 class DigestReporter:
@@ -92,6 +96,9 @@ class DigestReporter:
         self._queue: list[tuple[Snapshot | None, int, str | None]] = []
         self._ready = threading.Condition()
         self._outstanding = 0  # offered, not yet published and checked
+        self._last_version = -1  # the newest version offered: a checkpoint's at a digest version is not sent twice
+        self._read_to = 0  # the digests topic is read up to here for check(): only what is new each time
+        self._seen: dict[tuple[str, int, str], Digest] = {}  # (fold, version, replica) -> its latest word
         self._thread = threading.Thread(target=self._run, name=f"digests-{replica}", daemon=True)
         self._thread.start()
 
@@ -109,6 +116,9 @@ class DigestReporter:
 
     def _enqueue(self, snapshot: Snapshot | None, version: int, digest: str | None) -> None:
         with self._ready:
+            if version == self._last_version:
+                return
+            self._last_version = version
             self._queue.append((snapshot, version, digest))
             self._outstanding += 1
             self._ready.notify_all()
@@ -139,8 +149,12 @@ class DigestReporter:
             self._ready.wait_for(lambda: self._outstanding == 0, timeout=timeout_s)
 
     def check(self) -> list[Divergence]:
-        """Compare this reader's digests with everyone's; loud when outvoted."""
-        mine = [d for d in divergences(read_digests(self.settings)) if self.replica in d.dissenters]
+        """Compare this reader's digests with everyone's (reading only what arrived since the last
+        check); loud when outvoted."""
+        for offset, digest in digests_from(self.settings, self._read_to):
+            self._seen[(digest.fold, digest.version, digest.replica)] = digest
+            self._read_to = offset + 1
+        mine = [d for d in divergences(self._seen.values()) if self.replica in d.dissenters]
         outvoted = [d for d in mine if d.majority is not None and d.fold == self.fold]
         for d in outvoted:
             LOG.error(

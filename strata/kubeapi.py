@@ -28,10 +28,6 @@ class Resource:
     api_version: str
     path: str  # the collection across all namespaces
 
-    @property
-    def namespaced(self) -> bool:
-        return self.kind in ("Pod", "PodGroup")
-
 
 RESOURCES: dict[str, Resource] = {
     r.kind: r
