@@ -102,7 +102,8 @@ def test_projector_crash_check():
         ([_kill()], {2000: "a", 4000: "x"}, 4000),  # a wrong checkpoint
         ([_kill()], {2000: "a"}, 4000),  # the end not reached
         ([_kill(written=(3000,))], checkpoints, 4000),  # logged as written, missing
-        ([_kill(after=0)], checkpoints, 4000),  # no progress while folding
+        ([_kill(after=0)], checkpoints, 4000),  # the store lost what it wrote
+        ([_kill(written=())], checkpoints, 4000),  # no progress while folding
         ([_kill(phase="finished")], checkpoints, 4000),
         ([_kill(restored=1000)], checkpoints, 4000),  # restored what no checkpoint holds
     ):

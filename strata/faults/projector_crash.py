@@ -1,7 +1,8 @@
 """Projector crash: SIGKILL `strata project` at random points of a long history, restart it each time.
 
-Each run is killed either as it starts restoring its checkpoint or after a random time of
-folding (checkpoints every 2,000 records, so some kills land in checkpoint writes); where the
+Each run is killed either as it starts restoring its checkpoint or at a random point up to 1.5 s
+after its first checkpoint (checkpoints every 2,000 records, so some kills land in checkpoint
+writes); where the
 kill landed is read from the projector's own log (``STRATA_LOG_LEVEL=INFO``: restoring, restored,
 writing a checkpoint, written, idle). What must hold:
 
@@ -66,6 +67,16 @@ def phase_of(lines: list[str], end: int) -> str:
 
 def check(kills: list[Kill], checkpoints: dict[int, str], reference: dict[int, str], end: int) -> Verdict:
     """``checkpoints``: version -> digest of every checkpoint in the store at the end."""
+    verdict = check_final(checkpoints, reference, end)
+    for k in kills:
+        found = check_kill(k, checkpoints)
+        verdict.lost += found.lost
+        verdict.problems += found.problems
+    return verdict
+
+
+def check_final(checkpoints: dict[int, str], reference: dict[int, str], end: int) -> Verdict:
+    """Every checkpoint is the uninterrupted fold's at its version, and the newest is the end."""
     verdict = Verdict(mismatches=sum(1 for v, d in checkpoints.items() if reference.get(v) != d))
     if verdict.mismatches:
         verdict.problem(f"{verdict.mismatches} checkpoint(s) differ from an uninterrupted fold")
@@ -73,17 +84,25 @@ def check(kills: list[Kill], checkpoints: dict[int, str], reference: dict[int, s
     if newest != end:
         verdict.lost += end - newest
         verdict.problem(f"the final state is at version {newest}, the log ends at {end}")
-    for k in kills:
-        if k.restored is not None and k.restored != 0 and k.restored not in checkpoints:
-            verdict.problem(f"run {k.run}: restored version {k.restored}, which is in no checkpoint")
-        missing = [v for v in k.written if v not in checkpoints]
-        if missing:
-            verdict.lost += len(missing)
-            verdict.problem(f"run {k.run}: checkpoints logged as written are missing: {missing}")
-        if k.phase == "finished":
-            verdict.problem(f"run {k.run}: the projector had reached the end before the kill")
-        elif k.phase in ("folding", "checkpointing") and k.after <= k.before:
-            verdict.problem(f"run {k.run}: killed while {k.phase}, no progress ({k.before} -> {k.after})")
+    return verdict
+
+
+def check_kill(k: Kill, checkpoints: dict[int, str]) -> Verdict:
+    """One run: it restored a stored checkpoint, kept every checkpoint it wrote, made progress when
+    killed while folding, and had not reached the end."""
+    verdict = Verdict()
+    if k.restored is not None and k.restored != 0 and k.restored not in checkpoints:
+        verdict.problem(f"run {k.run}: restored version {k.restored}, which is in no checkpoint")
+    missing = [v for v in k.written if v not in checkpoints]
+    if missing:
+        verdict.lost += len(missing)
+        verdict.problem(f"run {k.run}: checkpoints logged as written are missing: {missing}")
+    if k.phase == "finished":
+        verdict.problem(f"run {k.run}: the projector had reached the end before the kill")
+    elif k.phase in ("folding", "checkpointing") and max(k.written, default=-1) <= (k.restored or 0):
+        verdict.problem(f"run {k.run}: killed while {k.phase}, no checkpoint past version {k.restored or 0}")
+    elif k.phase in ("folding", "checkpointing") and k.after < max(k.written):
+        verdict.problem(f"run {k.run}: the store's newest checkpoint {k.after} is older than one it wrote")
     return verdict
 
 
@@ -92,7 +111,7 @@ def run(ctx: FaultContext) -> FaultResult:
     runs = 3 if ctx.quick else 20
     trace = ctx.workdir / "history.jsonl"
     with trace.open("wb") as out:  # long enough that no run reaches the end (~11.5 records a pod)
-        generate(out, nodes=100 if ctx.quick else 800, pods=7000 if ctx.quick else 40000, seed=7)
+        generate(out, nodes=100 if ctx.quick else 800, pods=7000 if ctx.quick else 20000, seed=7)
     rng = random.Random(20261129)
     with fresh_log(ctx.settings, "projector") as settings:
         end = publish_trace(settings, trace).records
@@ -108,9 +127,10 @@ def run(ctx: FaultContext) -> FaultResult:
         kills = []
         for i in range(runs):
             before = newest()
-            # every fourth run as it starts to restore; the others after a while of folding
-            when = "restoring" if i % 4 == 1 else "restored"
-            delay = rng.uniform(0.0, 0.05) if when == "restoring" else rng.uniform(0.6, 2.0)
+            # every fourth run as it starts to restore; the others up to 1.5 s after their first
+            # checkpoint (so each has made progress, which the check requires, before it dies)
+            when = "restoring the newest checkpoint" if i % 4 == 1 else " written"
+            delay = rng.uniform(0.0, 0.05) if i % 4 == 1 else rng.uniform(0.0, 1.5)
             _, lines = kill_after([STRATA, "project", "--checkpoint-every", str(CHECKPOINT_EVERY)], env, delay, when)
             restored = next((int(m.group(1)) for line in lines if (m := _RESTORED.search(line))), None)
             written = tuple(int(m.group(1)) for line in lines if (m := _WRITTEN.search(line)))
@@ -127,7 +147,9 @@ def run(ctx: FaultContext) -> FaultResult:
             result.notes.append(f"final run failed: {final.stderr.strip()[-200:]}")
         checkpoints = {c.version: c.digest for c in store.list(identity)}
         reference = fold_digests(trace, set(checkpoints) | {end})
-        result.count(check(kills, checkpoints, reference, end), runs=runs)
+        for kill in kills:
+            result.count(check_kill(kill, checkpoints))
+        result.count(check_final(checkpoints, reference, end))
         _controls(result, kills, checkpoints, reference, end)
         phases = Counter(k.phase for k in kills)
         result.notes.append(
@@ -145,7 +167,7 @@ def _controls(
     wrong = {**checkpoints, first: "0" * 64}
     without_final = {v: d for v, d in checkpoints.items() if v != end}
     lost_written = [*kills, Kill(len(kills), "folding", 0, (end + 1,), 0, 1)]
-    stuck = [replace(kills[-1], phase="folding", after=kills[-1].before)]
+    stuck = [replace(kills[-1], phase="folding", written=())]
     finished = [replace(kills[-1], phase="finished")]
     for name, args in (
         ("a checkpoint with a wrong digest", (kills, wrong, reference, end)),
