@@ -108,8 +108,10 @@ def test_projector_crash_check():
         ([_kill(restored=1000)], checkpoints, 4000),  # restored what no checkpoint holds
     ):
         assert not projector_crash.check(kills, cps, reference, end).clean
-    # a kill while restoring need not show progress
-    assert projector_crash.check([_kill(phase="restoring", after=0, written=())], checkpoints, reference, 4000).clean
+    # a kill planned as it restores need not show progress, wherever it landed
+    for phase in ("restoring", "folding"):
+        kill = _kill(phase=phase, after=0, written=(), after_checkpoint=False)
+        assert projector_crash.check([kill], checkpoints, reference, 4000).clean
 
 
 def test_projector_crash_reads_where_a_kill_landed():

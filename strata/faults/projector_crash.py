@@ -43,11 +43,12 @@ _IDLE = re.compile(r"idle at version (\d+)")
 @dataclass(frozen=True)
 class Kill:
     run: int
-    phase: str  # starting | restoring | folding | checkpointing | finished
+    phase: str  # where it landed: starting | restoring | folding | checkpointing | finished
     restored: int | None  # the version it restored, once it said so
     written: tuple[int, ...]  # checkpoints it logged as written
     before: int  # the newest checkpoint in the store before the run
     after: int  # ... and after the kill
+    after_checkpoint: bool = True  # planned after its first checkpoint (else as it starts to restore)
 
 
 def phase_of(lines: list[str], end: int) -> str:
@@ -99,9 +100,9 @@ def check_kill(k: Kill, checkpoints: dict[int, str]) -> Verdict:
         verdict.problem(f"run {k.run}: checkpoints logged as written are missing: {missing}")
     if k.phase == "finished":
         verdict.problem(f"run {k.run}: the projector had reached the end before the kill")
-    elif k.phase in ("folding", "checkpointing") and max(k.written, default=-1) <= (k.restored or 0):
+    elif k.after_checkpoint and max(k.written, default=-1) <= (k.restored or 0):
         verdict.problem(f"run {k.run}: killed while {k.phase}, no checkpoint past version {k.restored or 0}")
-    elif k.phase in ("folding", "checkpointing") and k.after < max(k.written):
+    elif k.written and k.after < max(k.written):
         verdict.problem(f"run {k.run}: the store's newest checkpoint {k.after} is older than one it wrote")
     return verdict
 
@@ -134,7 +135,7 @@ def run(ctx: FaultContext) -> FaultResult:
             _, lines = kill_after([STRATA, "project", "--checkpoint-every", str(CHECKPOINT_EVERY)], env, delay, when)
             restored = next((int(m.group(1)) for line in lines if (m := _RESTORED.search(line))), None)
             written = tuple(int(m.group(1)) for line in lines if (m := _WRITTEN.search(line)))
-            kills.append(Kill(i, phase_of(lines, end), restored, written, before, newest()))
+            kills.append(Kill(i, phase_of(lines, end), restored, written, before, newest(), i % 4 != 1))
             ctx.log(f"  kill {i + 1} while {kills[-1].phase}: newest checkpoint {before} -> {kills[-1].after}")
         final = subprocess.run(
             [STRATA, "project", "--stop-at-end", "--checkpoint-every", str(CHECKPOINT_EVERY)],
@@ -167,7 +168,7 @@ def _controls(
     wrong = {**checkpoints, first: "0" * 64}
     without_final = {v: d for v, d in checkpoints.items() if v != end}
     lost_written = [*kills, Kill(len(kills), "folding", 0, (end + 1,), 0, 1)]
-    stuck = [replace(kills[-1], phase="folding", written=())]
+    stuck = [replace(kills[-1], phase="folding", written=(), after_checkpoint=True)]
     finished = [replace(kills[-1], phase="finished")]
     for name, args in (
         ("a checkpoint with a wrong digest", (kills, wrong, reference, end)),
