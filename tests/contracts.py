@@ -209,8 +209,8 @@ class CacheContract:
         cache: Cache = cache_of(small_cluster(nodes=2, jobs=2, per_job=2), stop)
         assert cache.wait_for_cache_sync(stop)
         snap = cache.snapshot()
-        assert sorted(snap.nodes) == ["n0", "n1"]
-        assert sorted(snap.tasks) == ["u-j0-p0", "u-j0-p1", "u-j1-p0", "u-j1-p1"]
+        assert sorted(snap.nodes.keys()) == ["n0", "n1"]
+        assert sorted(snap.tasks.keys()) == ["u-j0-p0", "u-j0-p1", "u-j1-p0", "u-j1-p1"]
         assert {t.status for t in snap.tasks.values()} == {TaskStatus.PENDING}
 
     def test_add_bind_task_answers_with_the_folds_verdict(self, cache_of: Any, stop: threading.Event) -> None:
