@@ -27,7 +27,13 @@ from strata.schemas.records import Record
 
 Headers = list[tuple[str, str | bytes | None]]  # as the producer takes them; Strata's are bytes
 _NOT_YET = frozenset(  # answers about a topic that a broker does not fully know yet
-    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        # a leader just elected (a whole cluster restarted) whose high watermark has not caught up
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
 )
 _TRANSIENT = frozenset({KafkaError._PARTITION_EOF, KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
 
