@@ -20,10 +20,10 @@ bind of the same pod; successes change no state.
 
 The API call itself is not repeated: a command that an earlier attempt may have carried out is
 *suspect*, and the action first reads the pod (``Action.done_already``) and calls the API only
-if the pod says it was not done. Suspect are the commands of an aborted batch, and after a
-partition is assigned, its first ``batch_max`` commands that were already in it: a predecessor
-commits each batch before it takes the next, so what it may have done without committing lies
-there.
+if the pod says it was not done. Suspect are the commands of an aborted batch; after a partition
+is assigned, its first ``batch_max`` commands that were already in it (a predecessor commits each
+batch before it takes the next, so what it may have done without committing lies there); and
+every command of a retry tier (the failure that sent it there may have taken effect).
 
 A retry tier holds commands back for its delay: it pauses a partition whose head is not due yet
 (record timestamp + delay), seeks back to it and keeps polling; it resumes once due.
@@ -143,7 +143,10 @@ class CommandWorker:
         self._paused: dict[Partition, int] = {}  # partition -> due (ms) of its held-back head
         # partition -> its end when assigned (None: unknown), until its first command is read
         self._assigned_end: dict[Partition, int | None] = {}
-        self._suspect_below: dict[Partition, int] = {}  # commands below this offset are suspect
+        # partition -> commands of a predecessor's possible batch not yet read (counted in
+        # messages: transaction markers take offsets too)
+        self._inherited: dict[Partition, int] = {}
+        self._suspect_below: dict[Partition, int] = {}  # an aborted batch: below this offset
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._outcomes = Publisher(settings)  # into the cache log: idempotent, never transactional
@@ -187,6 +190,7 @@ class CommandWorker:
             consumer.pause(held)
         for tp in partitions:
             self._assigned_end[(tp.topic, tp.partition)] = _end(consumer, tp)
+            self._inherited[(tp.topic, tp.partition)] = self.batch_max
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._redo = False  # whoever is assigned the partitions now redoes what was aborted
@@ -194,6 +198,7 @@ class CommandWorker:
             key = (tp.topic, tp.partition)
             self._paused.pop(key, None)
             self._assigned_end.pop(key, None)
+            self._inherited.pop(key, None)
             self._suspect_below.pop(key, None)
 
     def step(self) -> None:
@@ -242,16 +247,23 @@ class CommandWorker:
                     self._hold(consumer, msg, due)
                     continue
             item = self._decoded(msg)
-            item.suspect = self._suspect(tp, offset_of(msg))
+            # a retried command may have taken effect (a timeout, a 504): it is always suspect
+            item.suspect = self._suspect(tp, offset_of(msg)) or self.stage.delay_s > 0
             items.append(item)
         return items
 
     def _suspect(self, tp: Partition, offset: int) -> bool:
-        if tp in self._assigned_end:  # the partition's first command since it was assigned
-            end = self._assigned_end.pop(tp)
-            below = offset + self.batch_max if end is None else min(end, offset + self.batch_max)
-            self._suspect_below[tp] = max(self._suspect_below.get(tp, 0), below)
-        return offset < self._suspect_below.get(tp, 0)
+        """Whether an earlier attempt may have carried out this command: one of an aborted batch,
+        or one of the first ``batch_max`` commands that were in a partition when it was assigned."""
+        if offset < self._suspect_below.get(tp, 0):
+            return True
+        left = self._inherited.get(tp, 0)
+        end = self._assigned_end.get(tp)
+        if left and (end is None or offset < end):
+            self._inherited[tp] = left - 1
+            return True
+        self._inherited.pop(tp, None)  # past what a predecessor may have done: the rest is ours
+        return False
 
     def _hold(self, consumer: Consumer, msg: Message, due_ms: int) -> None:
         topic, partition = where(msg)

@@ -30,6 +30,7 @@ def test_a_result_without_controls_or_with_an_unseen_one_is_no_pass():
         ((504, 409), 1),
         ((201, 409, 409), 2),
         ((201, 429), 1),  # refused or not, it reached the API server
+        ((429, 409), 0),  # a definite refusal did nothing: the 409 is someone else's bind
     ],
 )
 def test_binder_calls_after_the_one_that_took_effect_are_duplicates(statuses, duplicates):
@@ -106,6 +107,7 @@ def test_projector_crash_check():
         ([_kill(written=())], checkpoints, 4000),  # no progress while folding
         ([_kill(phase="finished")], checkpoints, 4000),
         ([_kill(restored=1000)], checkpoints, 4000),  # restored what no checkpoint holds
+        ([_kill(restored=0, before=2000, after=4000, written=(4000,))], checkpoints, 4000),  # not the newest
     ):
         assert not projector_crash.check(kills, cps, reference, end).clean
     # a kill planned as it restores need not show progress, wherever it landed

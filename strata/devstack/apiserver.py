@@ -114,9 +114,8 @@ class KubeAPIServer(process.LocalServer):
         etcd must run at ``etcd_url``. Writes the admin kubeconfig; does not apply the CRDs
         (``apply_crds`` does)."""
         version = build.KUBE_APISERVER.version
-        exe = build.ensure(build.KUBE_APISERVER, log)
-        argv = [str(exe), *self._flags()]
-        config = process.configuration_of(argv, yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+        # what it runs, not where this machine caches the binary (a stable digest everywhere)
+        config = process.configuration_of([version, *self._flags()], yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
         state = self.running()
         restarted = False
         if state is not None:
@@ -134,11 +133,12 @@ class KubeAPIServer(process.LocalServer):
             raise StrataError(f"port {self.port} is in use by another process")
         if not etcd.healthy(self.etcd_url):
             raise StrataError(f"kube-apiserver needs etcd, which does not answer at {self.etcd_url}")
+        exe = build.ensure(build.KUBE_APISERVER, log)
         self._ensure_pki(log)
         self._write_audit_policy()
         started = time.monotonic()
         state = process.start(
-            argv,
+            [str(exe), *self._flags()],
             self.log_path,
             self.state_path,
             marker=str(self.pki / "apiserver.crt"),

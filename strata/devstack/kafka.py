@@ -74,6 +74,9 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "strata"
 
 
+_LOG4J = RESOURCES / "log4j2.properties"
+
+
 def jvm_command(home: Path, libs: Path) -> list[str]:
     """The JVM command line of a broker whose files live in ``home`` (logging settings, logs/)."""
     return [
@@ -257,9 +260,8 @@ class KafkaBroker:
     def _up(self, log: Log, timeout_s: float) -> str:
         self._ensure_pki(log)
         properties = self._server_properties()
-        jvm = jvm_command(self.home, ensure_jars(log))
-        argv = [*jvm, "kafka.Kafka", str(self.home / "server.properties")]
-        config = process.configuration_of(argv, properties)
+        # what it runs, not where this machine keeps java and the jars (a stable digest everywhere)
+        config = process.configuration_of([kafka_version(), *JVM_OPTS], properties, _LOG4J.read_text())
         restarted = ""
         state = self.running()
         if state is not None:
@@ -275,8 +277,10 @@ class KafkaBroker:
         for port in (self.port, self.controller_port, self.secure_port):
             if process.port_open(port):
                 raise StrataError(f"port {port} is in use by another process; choose another with --kafka-port")
-        (self.home / "log4j2.properties").write_text((RESOURCES / "log4j2.properties").read_text())
+        (self.home / "log4j2.properties").write_text(_LOG4J.read_text())
         _write_secret(self.home / "server.properties", properties)  # it holds the keystore password
+        jvm = jvm_command(self.home, ensure_jars(log))
+        argv = [*jvm, "kafka.Kafka", str(self.home / "server.properties")]
         started = time.monotonic()
         if not (self.home / "data" / "meta.properties").exists():
             format_storage(jvm, self.home / "server.properties", new_cluster_id())

@@ -209,12 +209,17 @@ def repeated_calls(verdict: Verdict, statuses: tuple[int, ...], name: str, what:
             verdict.problem(f"{name}: no {what} call in the API server's audit log")
         return
     took = next((i for i, status in enumerate(statuses) if status < 300 or status == 409), len(statuses) - 1)
-    if statuses[took] == 409 and took > 0:
+    if statuses[took] == 409 and took > 0 and _ambiguous(statuses[took - 1]):
         took -= 1
     again = len(statuses) - 1 - took
     if again:
         verdict.duplicates += again
         verdict.problem(f"{name}: {what} called again after it took effect: {list(statuses)}")
+
+
+def _ambiguous(status: int) -> bool:
+    """An answer after which the write may have taken effect all the same (a timeout, a 5xx)."""
+    return status >= 500 or status in (0, 408)
 
 
 def _observe(
