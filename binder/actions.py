@@ -88,6 +88,18 @@ def current_pod(api: KubeApi, namespace: str, name: str, uid: str) -> tuple[Answ
     return answer, None
 
 
+def judged_by_pod(
+    api: KubeApi, command: Any, judge: Callable[[Answer, dict[str, Any] | None], Result | None]
+) -> Result | None:
+    """``judge`` on the command's pod as read now (``current_pod``); None when the read fails on the
+    network (the action itself will then meet the failure and be classified)."""
+    try:
+        answer, pod = current_pod(api, command.namespace, command.name, command.pod_uid)
+    except (HTTPError, OSError):
+        return None
+    return judge(answer, pod)
+
+
 def patch_condition(api: KubeApi, namespace: str, name: str, uid: str, condition: dict[str, str]) -> Answer:
     """Set one pod condition with a strategic-merge patch of pods/status, as Volcano does.
 

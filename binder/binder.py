@@ -12,7 +12,7 @@ from typing import Any
 
 from urllib3.exceptions import HTTPError
 
-from strata.binder.actions import Result, classify, current_pod, guarded, patch_condition, pod_path
+from strata.binder.actions import Result, classify, current_pod, guarded, judged_by_pod, patch_condition, pod_path
 from strata.kubeapi import Answer, KubeApi
 from strata.schemas import BindCommand
 
@@ -43,11 +43,7 @@ class BindAction:
         return classify(answer, "binding refused")
 
     def done_already(self, cmd: BindCommand) -> Result | None:
-        try:
-            answer, pod = current_pod(self.api, cmd.namespace, cmd.name, cmd.pod_uid)
-        except (HTTPError, OSError):
-            return None  # the bind itself will meet the failure and be classified
-        return _settled(cmd, answer, pod)
+        return judged_by_pod(self.api, cmd, lambda answer, pod: _settled(cmd, answer, pod))
 
     def _conflict(self, cmd: BindCommand, message: str) -> Result:
         # 409 is "already assigned" or a failed uid precondition: look at the pod to tell.

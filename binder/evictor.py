@@ -12,12 +12,10 @@ the pod's status, then a DELETE with the uid as precondition. It **bypasses PodD
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from urllib3.exceptions import HTTPError
-
-from strata.binder.actions import Result, classify, current_pod, guarded, patch_condition, pod_path
-from strata.kubeapi import KubeApi
+from strata.binder.actions import Result, classify, current_pod, guarded, judged_by_pod, patch_condition, pod_path
+from strata.kubeapi import Answer, KubeApi
 from strata.schemas import EvictCommand
 
 Mode = Literal["eviction", "volcano"]
@@ -69,15 +67,7 @@ class EvictAction:
         return classify(answer, "delete refused")
 
     def done_already(self, cmd: EvictCommand) -> Result | None:
-        try:
-            answer, pod = current_pod(self.api, cmd.namespace, cmd.name, cmd.pod_uid)
-        except (HTTPError, OSError):
-            return None  # the eviction itself will meet the failure and be classified
-        if pod is None:
-            return Result.ok("pod already gone") if answer.status in (200, 404) else None
-        if (pod.get("metadata") or {}).get("deletionTimestamp"):
-            return Result.ok("pod already being deleted")
-        return None
+        return judged_by_pod(self.api, cmd, _evicted)
 
     def _conflict(self, cmd: EvictCommand, message: str) -> Result:
         # 409 is mostly the uid precondition: the pod of this command is gone, a new one has its name
@@ -85,9 +75,19 @@ class EvictAction:
 
     def _gone_or(self, cmd: EvictCommand, otherwise: Result) -> Result:
         answer, pod = current_pod(self.api, cmd.namespace, cmd.name, cmd.pod_uid)
-        if pod is None and answer.status in (200, 404):
-            return Result.ok("pod already gone")
-        return otherwise
+        return _gone(answer, pod) or otherwise
 
     def give_up(self, cmd: EvictCommand, reason: str) -> None:
         """Nothing to tell the pod: EVICT_FAILED puts the task back in the cache."""
+
+
+def _gone(answer: Answer, pod: dict[str, Any] | None) -> Result | None:
+    """Success when the command's pod is gone (no pod, or another uid under its name)."""
+    return Result.ok("pod already gone") if pod is None and answer.status in (200, 404) else None
+
+
+def _evicted(answer: Answer, pod: dict[str, Any] | None) -> Result | None:
+    """What an earlier eviction leaves: the pod gone or being deleted."""
+    if pod is not None and (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return Result.ok("pod already being deleted")
+    return _gone(answer, pod)

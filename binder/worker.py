@@ -141,11 +141,9 @@ class CommandWorker:
         self.transactional_id = f"{settings.topic_prefix}{spec.work}-{instance}-{self.role}"
         self.group_instance_id = f"{spec.work}-{instance}-{self.role}"
         self._paused: dict[Partition, int] = {}  # partition -> due (ms) of its held-back head
-        # partition -> its end when assigned (None: unknown), until its first command is read
-        self._assigned_end: dict[Partition, int | None] = {}
-        # partition -> commands of a predecessor's possible batch not yet read (counted in
-        # messages: transaction markers take offsets too)
-        self._inherited: dict[Partition, int] = {}
+        # partition -> (its end when assigned, None when unknown; the commands of a predecessor's
+        # possible batch not yet read, counted in messages: transaction markers take offsets too)
+        self._inherited: dict[Partition, tuple[int | None, int]] = {}
         self._suspect_below: dict[Partition, int] = {}  # an aborted batch: below this offset
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
@@ -189,15 +187,13 @@ class CommandWorker:
         if held:
             consumer.pause(held)
         for tp in partitions:
-            self._assigned_end[(tp.topic, tp.partition)] = _end(consumer, tp)
-            self._inherited[(tp.topic, tp.partition)] = self.batch_max
+            self._inherited[(tp.topic, tp.partition)] = (_end(consumer, tp), self.batch_max)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._redo = False  # whoever is assigned the partitions now redoes what was aborted
         for tp in partitions:
             key = (tp.topic, tp.partition)
             self._paused.pop(key, None)
-            self._assigned_end.pop(key, None)
             self._inherited.pop(key, None)
             self._suspect_below.pop(key, None)
 
@@ -257,10 +253,9 @@ class CommandWorker:
         or one of the first ``batch_max`` commands that were in a partition when it was assigned."""
         if offset < self._suspect_below.get(tp, 0):
             return True
-        left = self._inherited.get(tp, 0)
-        end = self._assigned_end.get(tp)
+        end, left = self._inherited.get(tp, (None, 0))
         if left and (end is None or offset < end):
-            self._inherited[tp] = left - 1
+            self._inherited[tp] = (end, left - 1)
             return True
         self._inherited.pop(tp, None)  # past what a predecessor may have done: the rest is ours
         return False
