@@ -256,15 +256,18 @@ def _observe(
     )
 
 
-def _settled_writes(settings: Settings, ns: str) -> dict[tuple[str, str], tuple[int, ...]]:
-    """The audited writes once two reads a second apart agree (events are written as requests end)."""
+def _settled_writes(settings: Settings, ns: str, timeout_s: float = 30.0) -> dict[tuple[str, str], tuple[int, ...]]:
+    """The audited writes once two reads a second apart agree (events are written as requests end);
+    after ``timeout_s`` the last read."""
     last = api_writes(settings, ns)
-    while True:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
         time.sleep(1.0)
         now = api_writes(settings, ns)
         if now == last:
-            return now
+            break
         last = now
+    return last
 
 
 def _controls(result: FaultResult, seen: Observed, settings: Settings, api: KubeApi, ns: str) -> None:

@@ -23,13 +23,12 @@ counted, and a reference fold that misses one bad record must report each.
 from __future__ import annotations
 
 import random
-import subprocess
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from strata.faults import FaultContext, FaultResult, Verdict
-from strata.faults.common import STRATA, env_for, fresh_log
+from strata.faults.common import env_for, fresh_log, strata
 from strata.ingest.trace import read_trace
 from strata.log.cachelog import CacheLogReader, CacheLogWriter, Publisher, classify
 from strata.log.config import Settings
@@ -217,13 +216,8 @@ def _written_fold(sequence: list[Written], skip_poison: int = 0) -> CacheState:
 
 
 def _snapshot_digest(settings: Settings) -> str:
-    out = subprocess.run(
-        [STRATA, "snapshot", "--digest"],
-        env=env_for(settings, STRATA_DB_URL=f"sqlite:///{settings.data_dir}/poison-{uuid.uuid4().hex[:8]}.db"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    db = f"sqlite:///{settings.data_dir}/poison-{uuid.uuid4().hex[:8]}.db"
+    out = strata("snapshot", "--digest", env=env_for(settings, STRATA_DB_URL=db))
     return out.stdout.strip() if out.returncode == 0 else f"(failed: {out.stderr.strip()[-200:]})"
 
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import random
 import re
-import subprocess
 from collections import Counter
 from dataclasses import dataclass, replace
 
 from strata.faults import FaultContext, FaultResult, Verdict
-from strata.faults.common import STRATA, env_for, fold_digests, fresh_log, kill_after
+from strata.faults.common import STRATA, env_for, fold_digests, fresh_log, kill_after, strata
 from strata.gen import generate
 from strata.ingest.from_trace import publish_trace
 from strata.projector.kinds import FoldConfig
@@ -138,13 +137,7 @@ def run(ctx: FaultContext) -> FaultResult:
             written = tuple(int(m.group(1)) for line in lines if (m := _WRITTEN.search(line)))
             kills.append(Kill(i, phase_of(lines, end), restored, written, before, newest(), i % 4 != 1))
             ctx.log(f"  kill {i + 1} while {kills[-1].phase}: newest checkpoint {before} -> {kills[-1].after}")
-        final = subprocess.run(
-            [STRATA, "project", "--stop-at-end", "--checkpoint-every", str(CHECKPOINT_EVERY)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        final = strata("project", "--stop-at-end", "--checkpoint-every", str(CHECKPOINT_EVERY), env=env, timeout=900)
         if final.returncode != 0:
             result.notes.append(f"final run failed: {final.stderr.strip()[-200:]}")
         checkpoints = {c.version: c.digest for c in store.list(identity)}

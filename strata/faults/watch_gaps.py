@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from strata.faults import FaultContext, FaultResult, Verdict
-from strata.faults.common import STRATA, create_node, env_for, fresh_log, pod_body, terminate
+from strata.faults.common import STRATA, create_node, env_for, fresh_log, pod_body, strata, terminate
 from strata.kubeapi import ApiError, KubeApi
 from strata.log.errors import StrataError
 
@@ -194,7 +194,7 @@ class _Cluster:
 
 
 def _verify(env: dict[str, str]) -> list[str]:
-    out = subprocess.run([STRATA, "verify", "--against-cluster"], env=env, capture_output=True, text=True)
+    out = strata("verify", "--against-cluster", env=env)
     if out.returncode not in (0, 1):
         raise StrataError(f"strata verify failed: {out.stderr.strip()[-300:]}")
     return [line for line in out.stdout.splitlines() if line.strip()]
