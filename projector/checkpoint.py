@@ -49,4 +49,8 @@ class CheckpointStore(Protocol):
     def prune(self, log: LogIdentity, keep: int) -> int:
         """Delete all but the ``keep`` newest checkpoints of ``log``; returns how many went."""
 
+    def forked(self) -> None:
+        """Call first in a forked child that writes to the store: the connections open in the
+        parent stay the parent's, the child opens its own."""
+
     def close(self) -> None: ...

@@ -2,8 +2,9 @@
 
 A runner restores the newest checkpoint of its log (at or below a target version), reads the
 tail, and either stops at a given offset (`strata snapshot`) or follows the log and writes a
-checkpoint every N records or T seconds (`strata project`). The clock here only decides *when*
-to checkpoint; what a checkpoint holds depends on the records alone.
+checkpoint every N records or T seconds (`strata project`), through a forked writer
+(``writer``) so that the fold never waits for one. The clock here only decides *when* to
+checkpoint; what a checkpoint holds depends on the records alone.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from confluent_kafka import KafkaException
 
@@ -22,11 +22,13 @@ from strata.log.cachelog import CacheLogReader, LogEntry, Publisher
 from strata.log.config import Settings
 from strata.projector import audit, statecodec
 from strata.projector.auditstore import AuditIndex
-from strata.projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.checkpoint import CheckpointInfo, CheckpointStore, LogIdentity
 from strata.projector.state import CacheState, FoldConfig
+from strata.projector.writer import Job, Writer, write_checkpoint
 
 LOG = logging.getLogger("strata.projector")
-AUDIT_BATCH = 20_000  # entries written at once when no checkpoint comes first
+AUDIT_BATCH = 20_000  # entries handed to the writer at once when no checkpoint comes first
+AUDIT_BACKLOG = 8 * AUDIT_BATCH  # entries kept while the writer is busy before the fold waits for it
 
 
 @dataclass
@@ -35,10 +37,14 @@ class Progress:
     end: int  # the log's end as last seen
     checkpoints: int = 0
     bad: int = 0
+    longest_pause_s: float = 0.0  # the longest the fold stood still for bookkeeping between records
 
     @property
     def lag(self) -> int:
         return max(0, self.end - self.version)
+
+    def pause(self, seconds: float) -> None:
+        self.longest_pause_s = max(self.longest_pause_s, seconds)
 
 
 class LogRunner:
@@ -80,18 +86,8 @@ class LogRunner:
         return state
 
     def checkpoint(self, state: CacheState) -> CheckpointInfo:
-        LOG.info("writing a checkpoint at version %d", state.version)
-        blob = statecodec.encode(state)
-        info = CheckpointInfo(
-            log=self.identity,
-            version=state.version,
-            digest=state.snapshot().digest(),
-            size=len(blob),
-            created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        )
-        self.store.save(Checkpoint(info, blob, statecodec.FORMAT))
-        LOG.info("checkpoint at version %d written", state.version)
-        return info
+        """Write a checkpoint of ``state`` here and now (``follow`` has its writer do it)."""
+        return write_checkpoint(self.store, self.identity, state)
 
     def follow(
         self,
@@ -105,44 +101,38 @@ class LogRunner:
     ) -> CacheState:
         """Apply records as they arrive until ``stop`` is set; checkpoint on the way and at the end.
 
-        With ``audit_index``, every record's audit entry is written too (with each checkpoint, in
-        batches); a projector whose index lags its checkpoints starts from an older one.
+        Checkpoints and the audit index are written by a forked child (``writer.Writer``) while
+        the fold goes on; a projector whose index lags its checkpoints starts from an older one.
         """
         LOG.info("restoring the newest checkpoint")
         state = self.restore(at_or_below=audit_index.indexed_to(self.identity) if audit_index else None)
         LOG.info("restored version %d", state.version)
-        run = _Following(self, state, audit_index, digests, Progress(state.version, self.reader.end_offset()))
-        last_checkpoint = last_report = time.monotonic()
+        progress = Progress(state.version, self.reader.end_offset())
+        run = _Following(self, state, audit_index, digests, progress, every_records, every_seconds)
+        last_report = time.monotonic()
         idle_at = -1
         for entry in self.reader.follow(state.version, stop):
-            now = time.monotonic()
-            due = False
             if entry is not None:
-                due = state.version + 1 - run.saved_version >= every_records
-                run.apply(entry, digest_due=not due)
+                run.apply(entry)
             elif idle_at != state.version:
                 idle_at = state.version
                 LOG.info("idle at version %d", state.version)
-            due = due or (now - last_checkpoint >= every_seconds and state.version != run.saved_version)
-            if due:
-                run.save()
-                last_checkpoint = now
-            elif entry is None:
-                run.flush_audit()  # the log went quiet: the index catches up
+            now = time.monotonic()
+            run.tend(now, idle=entry is None)
             if now - last_report >= report_seconds:
-                run.progress.end = max(self._end_or(run.progress.end), state.version)
-                report(run.progress)
+                progress.end = max(self._end_or(progress.end), state.version)
+                report(progress)
                 last_report = now
-        run.save()
+        run.finish()
         if digests is not None:
             digests.drain()
-        run.progress.end = max(run.progress.end, state.version)
-        report(run.progress)
+        progress.end = max(progress.end, state.version)
+        report(progress)
         return state
 
 
 class _Following:
-    """One follow of the log: the state, its audit entries not yet written, the last checkpoint."""
+    """One follow of the log: the state, its audit entries not yet written, the writer child."""
 
     def __init__(
         self,
@@ -151,18 +141,24 @@ class _Following:
         audit_index: AuditIndex | None,
         digests: DigestReporter | None,
         progress: Progress,
+        every_records: int,
+        every_seconds: float,
     ) -> None:
         self.runner = runner
         self.state = state
         self.audit_index = audit_index
         self.digests = digests
         self.progress = progress
-        self.saved_version = state.version
+        self.every_records = every_records
+        self.every_seconds = every_seconds
+        self.writer = Writer(runner.store, audit_index, runner.identity)
+        self.restored = state.version
+        self.requested = state.version  # the version of the newest checkpoint handed to the writer
+        self.requested_at = time.monotonic()
         self.pending: list[audit.AuditEntry] = []
 
-    def apply(self, entry: LogEntry, digest_due: bool) -> None:
-        """Fold one entry; its audit entry is kept, and a digest offered at an agreed version
-        (``digest_due`` is False when a checkpoint, which reports its own, comes right after)."""
+    def apply(self, entry: LogEntry) -> None:
+        """Fold one entry and keep its audit entry."""
         state = self.state
         ctx = audit.context(state, entry.record) if self.audit_index else None
         outcome = state.apply_at(entry.offset, entry.record)
@@ -172,24 +168,50 @@ class _Following:
             self.pending.append(
                 audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object)
             )
-            if len(self.pending) >= AUDIT_BATCH:
-                self.flush_audit()
         self.progress.version = state.version
-        if digest_due and self.digests is not None and self.digests.due(state.version):
-            self.digests.offer(state.snapshot())
 
-    def flush_audit(self) -> None:
-        if self.audit_index is not None and self.pending:
-            self.audit_index.write(self.runner.identity, self.pending, self.state.version)
-            self.pending.clear()
+    def tend(self, now: float, idle: bool) -> None:
+        """The bookkeeping between records, each step timed as a pause of the fold: collect a
+        finished write, hand over a due checkpoint or a full audit batch, keep the digest settled."""
+        started = time.perf_counter()
+        state = self.state
+        done = self.writer.collect()
+        if done is not None:
+            self._collected(*done)
+        due = state.version != self.requested and (
+            state.version - self.requested >= self.every_records or now - self.requested_at >= self.every_seconds
+        )
+        if due or len(self.pending) >= AUDIT_BATCH or (idle and self.pending):
+            if len(self.pending) >= AUDIT_BACKLOG:
+                self._collected(*self.writer.wait())  # the writer fell behind: let it catch up
+            if not self.writer.busy:
+                self._hand_over(checkpoint=due, now=now)
+        state.hashes.tend(state)
+        if self.digests is not None and self.digests.due(state.version):
+            self.digests.offer(state.version, state.state_digest())
+        self.progress.pause(time.perf_counter() - started)
 
-    def save(self) -> None:
-        """The audit entries, then a checkpoint and its digest, unless this version is saved already."""
-        self.flush_audit()
-        if self.state.version == self.saved_version:
-            return
-        info = self.runner.checkpoint(self.state)
-        if self.digests is not None:
-            self.digests.report(info.version, info.digest)
-        self.progress.checkpoints += 1
-        self.saved_version = self.state.version
+    def _hand_over(self, checkpoint: bool, now: float) -> None:
+        self.writer.start(self.state, self.pending, checkpoint)
+        self.pending = []
+        if checkpoint:
+            self.requested, self.requested_at = self.state.version, now
+            # The restored fragments served the child's rendering; kept longer, the shards they
+            # share would pin every object the fold has replaced since.
+            self.state.rendered = None
+
+    def _collected(self, job: Job, ok: bool) -> None:
+        if ok:
+            if job.checkpoint:
+                self.progress.checkpoints += 1
+        else:
+            self.pending[:0] = job.entries  # written again with the next batch; the checkpoint comes when due
+
+    def finish(self) -> None:
+        """Wait for the writer, then write what is left and a checkpoint at the final version."""
+        if self.writer.busy:
+            self._collected(*self.writer.wait())
+        checkpoint = self.state.version not in (self.writer.saved, self.restored)
+        if checkpoint or self.pending:
+            entries, self.pending = self.pending, []
+            self._collected(*self.writer.write_here(self.state, entries, checkpoint))

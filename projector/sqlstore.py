@@ -237,6 +237,9 @@ class SqlCheckpointStore:
         with self.engine.begin() as conn:
             return conn.execute(delete(CheckpointRow).where(*_of(log), CheckpointRow.version <= cutoff)).rowcount
 
+    def forked(self) -> None:
+        self.engine.dispose(close=False)  # SQLAlchemy's recipe for a pool inherited across fork()
+
     def close(self) -> None:
         self.engine.dispose()
 

@@ -1,0 +1,145 @@
+"""The projector's writer: audit batches and checkpoints written by a forked child.
+
+Writing a checkpoint of 150k tasks takes seconds (encode, render its digest, store); the fold
+must not wait for it. A snapshot is immutable, and so is a forked child's copy of the whole
+process: as Redis's BGSAVE does, the projector forks, the child writes the audit entries and
+the checkpoint of the state exactly as it stood at the fork, and the parent folds on. The fold
+pauses only for the fork itself. One child at a time, so writes land in log order; a child that
+fails leaves its batch to the next one. The child dies with its parent (PR_SET_PDEATHSIG): a
+killed projector's half-written checkpoint is a rolled-back transaction, never an orphan's late
+write, so the newest complete checkpoint is always the newest in the store.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from strata.projector import audit, statecodec
+from strata.projector.auditstore import AuditIndex
+from strata.projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.state import CacheState
+
+LOG = logging.getLogger("strata.projector")
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class Job:
+    """What one write holds: the audit entries up to ``version``, and whether to checkpoint it."""
+
+    version: int
+    checkpoint: bool
+    entries: list[audit.AuditEntry] = field(default_factory=list)
+
+
+def write_checkpoint(store: CheckpointStore, log: LogIdentity, state: CacheState) -> CheckpointInfo:
+    LOG.info("writing a checkpoint at version %d", state.version)
+    snapshot = state.snapshot()
+    digest = snapshot.digest()
+    blob = statecodec.encode(state, snapshot.fragments())  # the next restore renders only what changed
+    info = CheckpointInfo(
+        log=log,
+        version=state.version,
+        digest=digest,
+        size=len(blob),
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    store.save(Checkpoint(info, blob, statecodec.FORMAT))
+    LOG.info("checkpoint at version %d written", state.version)
+    return info
+
+
+class Writer:
+    def __init__(self, store: CheckpointStore, audit_index: AuditIndex | None, log: LogIdentity) -> None:
+        self.store = store
+        self.audit_index = audit_index
+        self.log = log
+        self.saved = -1  # the version of the newest checkpoint written
+        self._pid: int | None = None
+        self._job: Job | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._pid is not None
+
+    def start(self, state: CacheState, entries: list[audit.AuditEntry], checkpoint: bool) -> None:
+        """Fork a child that writes ``entries`` and, if asked, a checkpoint of ``state``."""
+        assert self._pid is None, "one writer at a time keeps the writes in log order"
+        job = Job(state.version, checkpoint, entries)
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            self._child(parent, state, job)
+        self._pid, self._job = pid, job
+
+    def collect(self) -> tuple[Job, bool] | None:
+        """The finished job and whether it succeeded, or None while the child still writes."""
+        if self._pid is None:
+            return None
+        pid, status = os.waitpid(self._pid, os.WNOHANG)
+        return None if pid == 0 else self._finished(status)
+
+    def wait(self) -> tuple[Job, bool]:
+        assert self._pid is not None
+        _, status = os.waitpid(self._pid, 0)
+        return self._finished(status)
+
+    def write_here(self, state: CacheState, entries: list[audit.AuditEntry], checkpoint: bool) -> tuple[Job, bool]:
+        """The same write in this process (the last one, when nothing folds any more)."""
+        job = Job(state.version, checkpoint, entries)
+        try:
+            self._write(state, job)
+        except Exception as exc:
+            LOG.error("writing version %d failed: %s", job.version, exc)
+            return job, False
+        if checkpoint:
+            self.saved = job.version
+        return job, True
+
+    def _finished(self, status: int) -> tuple[Job, bool]:
+        job, self._job, self._pid = self._job, None, None
+        assert job is not None
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            LOG.error("the writer of version %d failed (exit %d); its batch goes with the next", job.version, code)
+        elif job.checkpoint:
+            self.saved = job.version
+        return job, code == 0
+
+    def _write(self, state: CacheState, job: Job) -> None:
+        if self.audit_index is not None and job.entries:
+            self.audit_index.write(self.log, job.entries, job.version)
+        if job.checkpoint:
+            write_checkpoint(self.store, self.log, state)
+
+    def _child(self, parent: int, state: CacheState, job: Job) -> None:
+        code = 1
+        try:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, signal.SIG_DFL)
+            _die_with(parent)
+            gc.disable()  # a short life: collecting would only copy the parent's pages
+            self.store.forked()
+            self._write(state, job)
+            code = 0
+        except BaseException as exc:
+            LOG.error("writing version %d failed: %s", job.version, exc)
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL this process when its parent dies (Linux); exit now if it is gone already."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
