@@ -6,11 +6,14 @@ So a snapshot costs 64 pointer copies however large the map is, a write costs a 
 the copying after a snapshot is bounded by the size of the map, spread over the next writes.
 Which shard a key lives in depends on Python's hash, which varies between processes; nothing
 that leaves this module depends on it (iteration is sorted where order matters).
+
+A ``CowMap`` also remembers which keys were written or removed since someone last took them
+(``changed``): the state digest (``statedigest``) rehashes those alone, so it costs what changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -51,15 +54,21 @@ class FrozenMap(Generic[K, V]):
         for shard in self._shards:
             yield from shard
 
+    def shards(self) -> list[dict[K, V]]:
+        """The shards themselves, to compare with another view's: one not written since is the
+        same dict in both (read them, never write)."""
+        return self._shards
+
 
 class CowMap(FrozenMap[K, V]):
     """The write side: copies a shard on its first write after ``freeze``."""
 
-    __slots__ = ("_owned",)
+    __slots__ = ("_owned", "changed")
 
     def __init__(self) -> None:
         super().__init__([{} for _ in range(SHARDS)])
         self._owned = [True] * SHARDS
+        self.changed: set[K] = set()  # keys set or popped since their last hashing
 
     def __setitem__(self, key: K, value: V) -> None:
         i = hash(key) & _MASK
@@ -67,6 +76,15 @@ class CowMap(FrozenMap[K, V]):
             self._shards[i] = dict(self._shards[i])
             self._owned[i] = True
         self._shards[i][key] = value
+        self.changed.add(key)
+
+    def load(self, pairs: Iterable[tuple[K, V]]) -> None:
+        """Store many pairs at once (a restore): ``self[k] = v`` for each, without its per-call cost."""
+        assert all(self._owned), "load() fills a map no snapshot shares"
+        shards = self._shards
+        for key, value in pairs:
+            shards[hash(key) & _MASK][key] = value
+        self.changed.update(k for shard in shards for k in shard)
 
     def pop(self, key: K, default: V | None = None) -> V | None:
         i = hash(key) & _MASK
@@ -76,6 +94,7 @@ class CowMap(FrozenMap[K, V]):
         if not self._owned[i]:
             shard = self._shards[i] = dict(shard)
             self._owned[i] = True
+        self.changed.add(key)
         return shard.pop(key)
 
     def freeze(self) -> FrozenMap[K, V]:

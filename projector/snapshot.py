@@ -3,13 +3,21 @@
 It holds frozen views of the fold's maps (shared with the state until the state next writes to
 a shard); the canonical JSON of ``spec/snapshot.schema.json`` is rendered from them on demand
 and cached, and the digest is the SHA-256 of its canonical bytes.
+
+The canonical bytes are assembled from one fragment per node and per job (their canonical JSON),
+which is what costs: 150k tasks take seconds. A snapshot may carry ``Fragments`` rendered for an
+earlier snapshot of the same fold (a checkpoint keeps them): then only the nodes and jobs whose
+objects differ are rendered again. The maps share every shard the fold has not written to since,
+so finding what differs costs what changed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring  # the C function json.dumps(ensure_ascii=False) uses
 from typing import Any, TypedDict
 
 from strata.projector import kinds
@@ -19,10 +27,21 @@ from strata.projector.resources import nonzero
 from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
 
 
+@dataclass(frozen=True, eq=False)
+class Fragments:
+    """The canonical JSON of each node's and each shown job's entry in ``snapshot``."""
+
+    snapshot: Snapshot
+    nodes: dict[str, str]
+    jobs: dict[str, str]
+    hypernodes: dict[str, str]  # "hyperNodes" and "hyperNodesByTier"
+
+
 class _Rendered(TypedDict, total=False):
     """What a snapshot has rendered so far (each is rendered once, on demand)."""
 
     json: dict[str, Any]
+    fragments: Fragments
     bytes: bytes
 
 
@@ -40,6 +59,7 @@ class Snapshot:
     priority_classes: FrozenMap[str, kinds.PriorityClassView]
     default_priority: int
     hypernodes: FrozenMap[str, kinds.HyperNodeView]
+    base: Fragments | None = field(default=None, repr=False)  # rendered for an earlier version
     _rendered: _Rendered = field(default_factory=_Rendered, repr=False)
 
     def node_list(self) -> list[str]:
@@ -63,28 +83,119 @@ class Snapshot:
         return self._rendered["json"]
 
     def canonical_bytes(self) -> bytes:
+        """``canonical_bytes(self.to_json())``, assembled from fragments (section 8's bytes)."""
         if "bytes" not in self._rendered:
-            self._rendered["bytes"] = canonical_bytes(self.to_json())
+            fragments = self.fragments()
+            parts = {key: _dumps(value) for key, value in self._small_parts().items()}
+            parts.update(fragments.hypernodes)
+            parts["nodes"] = _object(fragments.nodes)
+            parts["jobs"] = _object(fragments.jobs)
+            self._rendered["bytes"] = _object(parts).encode("utf-8")
         return self._rendered["bytes"]
 
     def digest(self) -> str:
         return hashlib.sha256(self.canonical_bytes()).hexdigest()
 
+    def fragments(self) -> Fragments:
+        """Each node's and shown job's canonical JSON; with a ``base``, only what changed is rendered."""
+        if "fragments" not in self._rendered:
+            self._rendered["fragments"] = self._render_fragments()
+        return self._rendered["fragments"]
+
+    def _render_fragments(self) -> Fragments:
+        jobs_shown = self._jobs_shown()
+        base = self.base
+        hypernodes: dict[str, str] | None = None
+        if base is None or not self._jobs_render_alike(base.snapshot):
+            nodes, jobs = {}, {}
+            node_need: set[str] | None = None
+            job_need = jobs_shown
+        else:
+            dirty_nodes, dirty_jobs, labels_changed = self._dirty_since(base.snapshot)
+            if not labels_changed and not any(_changed(base.snapshot.hypernodes, self.hypernodes)):
+                hypernodes = base.hypernodes
+            nodes = {name: f for name, f in base.nodes.items() if name in self.nodes and name not in dirty_nodes}
+            jobs = {key: f for key, f in base.jobs.items() if key in jobs_shown and key not in dirty_jobs}
+            node_need = {name for name in dirty_nodes if name in self.nodes}
+            job_need = {key: pg for key, pg in jobs_shown.items() if key not in jobs}
+        sums = _TaskSums(job_need, node_need)
+        if node_need is None:
+            for uid, t in self.tasks.items():
+                sums.add(uid, t)
+        elif node_need or job_need:
+            for uid, t in self.tasks.items():
+                if t.node in node_need or t.job in job_need:  # most tasks are neither: no call for them
+                    sums.add(uid, t)
+        for name in self.nodes.keys() if node_need is None else node_need:
+            nodes[name] = _dumps(self._node_entry(name, self.nodes[name], sums))
+        for key, pg in job_need.items():
+            jobs[key] = _dumps(self._job_entry(key, pg, sums))
+        if hypernodes is None:
+            hypernodes = {key: _dumps(value) for key, value in self._hypernode_parts().items()}
+        return Fragments(self, nodes, jobs, hypernodes)
+
+    def _jobs_shown(self) -> dict[str, kinds.PodGroupView]:
+        return {key: pg for key, pg in self.podgroups.items() if self.job_queue(pg) in self.queues}
+
+    def _jobs_render_alike(self, other: Snapshot) -> bool:
+        """Whether every job's entry depends on the same settings in ``other`` (its priority does)."""
+        return (
+            other.config == self.config
+            and other.default_priority == self.default_priority
+            and not any(_changed(other.priority_classes, self.priority_classes))
+        )
+
+    def _dirty_since(self, other: Snapshot) -> tuple[set[str], set[str], bool]:
+        """The nodes and jobs whose entries may differ from ``other``'s, and whether the labels of
+        any node did (which the hypernodes' members select by)."""
+        nodes = set(_changed(other.nodes, self.nodes))
+        labels_changed = any(
+            (old := other.nodes.get(name)) is None or (new := self.nodes.get(name)) is None or old.labels != new.labels
+            for name in nodes
+        )
+        jobs: set[str] = set()
+        for m in ("csinodes", "node_used"):
+            nodes.update(_changed(getattr(other, m), getattr(self, m)))
+        jobs.update(_changed(other.podgroups, self.podgroups))
+        for uid in _changed(other.tasks, self.tasks):
+            for t in (other.tasks.get(uid), self.tasks.get(uid)):
+                if t is not None:
+                    nodes.add(t.node)
+                    if t.job is not None:
+                        jobs.add(t.job)
+        return nodes, jobs, labels_changed
+
     def _render(self) -> dict[str, Any]:
-        jobs_shown = {key: pg for key, pg in self.podgroups.items() if self.job_queue(pg) in self.queues}
+        jobs_shown = self._jobs_shown()
         sums = _TaskSums(jobs_shown)
         for uid, t in self.tasks.items():
             sums.add(uid, t)
+        return {
+            **self._small_parts(),
+            **self._hypernode_parts(),
+            "nodes": {name: self._node_entry(name, n, sums) for name, n in self.nodes.items()},
+            "jobs": {key: self._job_entry(key, pg, sums) for key, pg in jobs_shown.items()},
+        }
+
+    def _small_parts(self) -> dict[str, Any]:
+        """Every part of the canonical snapshot but the nodes, the jobs and the hypernodes."""
+        return {
+            "version": self.version,
+            "nodeList": self.node_list(),
+            "queues": {name: _queue_entry(q) for name, q in self.queues.items()},
+            "csiNodes": {name: dict(c.drivers) for name, c in self.csinodes.items()},
+            "revocableNodes": sorted(name for name, n in self.nodes.items() if n.revocable_zone),
+            "defaultPriority": self.default_priority,
+        }
+
+    def _hypernode_parts(self) -> dict[str, Any]:
+        """The hypernodes and their tiers: matching every member selector against every node's
+        labels, which costs more than all the rest of the small parts together."""
         hypernodes = hypernode_entries(dict(self.hypernodes.items()), {n: v.labels for n, v in self.nodes.items()})
         by_tier: dict[str, list[str]] = {}
         for name, e in hypernodes.items():
             by_tier.setdefault(str(e.tier), []).append(name)
         return {
-            "version": self.version,
-            "nodeList": self.node_list(),
-            "nodes": {name: self._node_entry(name, n, sums) for name, n in self.nodes.items()},
-            "jobs": {key: self._job_entry(key, pg, sums) for key, pg in jobs_shown.items()},
-            "queues": {name: _queue_entry(q) for name, q in self.queues.items()},
             "hyperNodes": {
                 name: {
                     "tier": e.tier,
@@ -96,9 +207,6 @@ class Snapshot:
                 for name, e in hypernodes.items()
             },
             "hyperNodesByTier": {tier: sorted(names) for tier, names in by_tier.items()},
-            "csiNodes": {name: dict(c.drivers) for name, c in self.csinodes.items()},
-            "revocableNodes": sorted(name for name, n in self.nodes.items() if n.revocable_zone),
-            "defaultPriority": self.default_priority,
         }
 
     def _node_entry(self, name: str, n: kinds.NodeView, sums: _TaskSums) -> dict[str, Any]:
@@ -153,18 +261,20 @@ def _queue_entry(q: kinds.QueueView) -> dict[str, Any]:
 
 
 class _TaskSums:
-    """What the tasks add up to per node (its tasks, what is releasing) and per shown job (its
-    tasks, their requests, what is allocated): one pass over the tasks for the whole rendering."""
+    """What the tasks add up to per node (its tasks, what is releasing) and per job (its tasks,
+    their requests, what is allocated): one pass over the tasks for the whole rendering, for the
+    given jobs and nodes (all nodes without ``nodes``)."""
 
-    def __init__(self, jobs_shown: dict[str, kinds.PodGroupView]) -> None:
+    def __init__(self, jobs: dict[str, kinds.PodGroupView], nodes: set[str] | None = None) -> None:
+        self.nodes = nodes
         self.node_tasks: dict[str, list[str]] = {}
         self.node_releasing: dict[str, dict[str, int]] = {}
-        self.job_tasks: dict[str, dict[str, Any]] = {key: {} for key in jobs_shown}
-        self.job_allocated: dict[str, dict[str, int]] = {key: {} for key in jobs_shown}
-        self.job_total: dict[str, dict[str, int]] = {key: {} for key in jobs_shown}
+        self.job_tasks: dict[str, dict[str, Any]] = {key: {} for key in jobs}
+        self.job_allocated: dict[str, dict[str, int]] = {key: {} for key in jobs}
+        self.job_total: dict[str, dict[str, int]] = {key: {} for key in jobs}
 
     def add(self, uid: str, t: kinds.PodView) -> None:
-        if t.node and t.status not in OFF_NODE:
+        if t.node and t.status not in OFF_NODE and (self.nodes is None or t.node in self.nodes):
             self.node_tasks.setdefault(t.node, []).append(uid)
             if t.status == TaskStatus.RELEASING:
                 _accumulate(self.node_releasing.setdefault(t.node, {}), t.resreq)
@@ -193,4 +303,24 @@ def _accumulate(total: dict[str, int], add: dict[str, int]) -> None:
 
 def canonical_bytes(value: Any) -> bytes:
     """The bytes the digest hashes (cache-semantics.md, section 8)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _dumps(value).encode("utf-8")
+
+
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _object(members: dict[str, str]) -> str:
+    """A JSON object of members already in canonical JSON, as ``_dumps`` would write it."""
+    return "{" + ",".join(f"{encode_basestring(k)}:{members[k]}" for k in sorted(members)) + "}"
+
+
+def _changed(old: FrozenMap[str, Any], new: FrozenMap[str, Any]) -> Iterator[str]:
+    """Keys stored in ``new`` with another object than in ``old``, or in one of them only. A shard
+    the fold has not written to since ``old`` is the very same dict: skipped whole."""
+    for a, b in zip(old.shards(), new.shards(), strict=True):
+        if a is b:
+            continue
+        for key, value in b.items():
+            if a.get(key) is not value:
+                yield key
+        yield from a.keys() - b.keys()

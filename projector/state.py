@@ -21,7 +21,8 @@ from strata.projector import kinds
 from strata.projector.cowmap import CowMap
 from strata.projector.kinds import BadObject, PodView, node_allocatable
 from strata.projector.kinds import FoldConfig as FoldConfig  # re-exported: the fold's settings
-from strata.projector.snapshot import Snapshot
+from strata.projector.snapshot import Fragments, Snapshot
+from strata.projector.statedigest import StateDigest
 from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
 from strata.schemas import (
     BadRecord,
@@ -75,6 +76,8 @@ class CacheState:
         self.hypernodes: CowMap[str, kinds.HyperNodeView] = CowMap()
         self.synced: set[str] = set()  # kinds a watch adapter has listed in full; not in the snapshot
         self.last_object: Any = None  # the parsed object of the last watch event ``apply`` saw
+        self.hashes = StateDigest()  # the stored objects' hashes, for ``state_digest``
+        self.rendered: Fragments | None = None  # an earlier snapshot's fragments (a checkpoint's), to render from
 
     # ------------------------------------------------------------------------------ records
     def apply_at(self, offset: int, record: LogRecord) -> Outcome:
@@ -342,6 +345,11 @@ class CacheState:
         return APPLIED
 
     # ----------------------------------------------------------------------------- snapshot
+    def state_digest(self) -> str:
+        """The digest readers compare to find divergence (``statedigest``): O(changed since the
+        last one), where the snapshot's canonical digest renders everything."""
+        return self.hashes.hexdigest(self)
+
     def snapshot(self) -> Snapshot:
         """The state as of now, immutable, in O(1)."""
         return Snapshot(
@@ -357,4 +365,5 @@ class CacheState:
             priority_classes=self.priority_classes.freeze(),
             default_priority=self.default_priority,
             hypernodes=self.hypernodes.freeze(),
+            base=self.rendered,
         )

@@ -77,6 +77,7 @@ class LogCache:
     def _follow(self, stop: threading.Event) -> None:
         try:
             state = self.runner.restore()
+            state.rendered = None  # a replica never renders the canonical JSON: keep no old shards for it
             with self._changed:
                 self._state, self._snapshot = state, state.snapshot()
                 self._changed.notify_all()
@@ -88,8 +89,9 @@ class LogCache:
                     if isinstance(entry.record, (Bind, Evict)) and entry.record.replica == self.replica:
                         self._outcomes[entry.offset] = outcome
                     self._snapshot = None
+                    state.hashes.tend(state)
                     if self.digests.due(state.version):
-                        self.digests.offer(state.snapshot())
+                        self.digests.offer(state.version, state.state_digest())
                     self._changed.notify_all()
         except BaseException as exc:  # a waiter must hear of it instead of waiting forever
             LOG.error("replica %s stopped following the cache log: %s", self.replica, exc)

@@ -2,10 +2,11 @@
 
 Projectors and scheduler replicas fold the same records with the same pure fold, so at the same
 version they must hold the same snapshot. Each publishes ``{version, digest, replica, fold}`` to
-the compacted digests topic at every multiple of ``every`` records (versions all readers reach)
-and, for a projector, at each checkpoint. ``strata verify --replicas`` compares what several
-readers reported for the same version; a reader that finds its own digest outvoted by the
-others says so loudly and in its metrics.
+the compacted digests topic at every multiple of ``every`` records (versions all readers reach).
+The digest is the state digest (``CacheState.state_digest``), which the fold keeps up to date as
+objects change, so a report costs what changed since the last one, not a rendering of the cache.
+``strata verify --replicas`` compares what several readers reported for the same version; a
+reader that finds its own digest outvoted by the others says so loudly and in its metrics.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from prometheus_client import Gauge
 from strata.log.cachelog import CacheLogReader, Publisher, offset_of
 from strata.log.config import Settings
 from strata.log.topics import TopicNames
-from strata.projector.snapshot import Snapshot
 from strata.schemas import CodecError, Digest, decode, encode
 
 LOG = logging.getLogger("strata.digests")
@@ -84,7 +84,7 @@ def digests_from(settings: Settings, start: int, timeout_s: float = 10.0) -> Ite
 
 
 class DigestReporter:
-    """Publishes one reader's digests in the background (rendering a large snapshot takes seconds)."""
+    """Publishes one reader's digests in the background (publishing and checking wait for the broker)."""
 
     def __init__(self, settings: Settings, replica: str, fold: str) -> None:
         self.settings = settings
@@ -93,10 +93,10 @@ class DigestReporter:
         self.every = settings.digest_every
         self.topic = TopicNames(settings.topic_prefix).digests
         self._publisher = Publisher(settings)
-        self._queue: list[tuple[Snapshot | None, int, str | None]] = []
+        self._queue: list[tuple[int, str]] = []
         self._ready = threading.Condition()
         self._outstanding = 0  # offered, not yet published and checked
-        self._last_version = -1  # the newest version offered: a checkpoint's at a digest version is not sent twice
+        self._last_version = -1  # the newest version offered: none is sent twice
         self._read_to = 0  # the digests topic is read up to here for check(): only what is new each time
         self._seen: dict[tuple[str, int, str], Digest] = {}  # (fold, version, replica) -> its latest word
         self._thread = threading.Thread(target=self._run, name=f"digests-{replica}", daemon=True)
@@ -105,21 +105,14 @@ class DigestReporter:
     def due(self, version: int) -> bool:
         return self.every > 0 and version > 0 and version % self.every == 0
 
-    def offer(self, snapshot: Snapshot) -> None:
-        """Report this snapshot's digest (O(1) here); for versions that are ``due``, which the
-        caller asks first so as not to build a snapshot for every record."""
-        self._enqueue(snapshot, snapshot.version, None)
-
-    def report(self, version: int, digest: str) -> None:
-        """Report a digest already computed (a checkpoint's)."""
-        self._enqueue(None, version, digest)
-
-    def _enqueue(self, snapshot: Snapshot | None, version: int, digest: str | None) -> None:
+    def offer(self, version: int, digest: str) -> None:
+        """Report the state digest at ``version``, one that is ``due`` (the caller asks first so as
+        not to compute a digest for every record)."""
         with self._ready:
             if version == self._last_version:
                 return
             self._last_version = version
-            self._queue.append((snapshot, version, digest))
+            self._queue.append((version, digest))
             self._outstanding += 1
             self._ready.notify_all()
 
@@ -128,10 +121,7 @@ class DigestReporter:
             with self._ready:
                 while not self._queue:
                     self._ready.wait()
-                snapshot, version, digest = self._queue.pop(0)
-            if snapshot is not None:
-                digest = snapshot.digest()
-            assert digest is not None
+                version, digest = self._queue.pop(0)
             record = Digest(version=version, digest=digest, replica=self.replica, fold=self.fold)
             self._publisher.publish(self.topic, encode(record), key=f"{version:020d}/{self.replica}".encode())
             self._publisher.flush()

@@ -1,0 +1,136 @@
+"""What costs what changed: the state digest, the canonical JSON rendered from a checkpoint's
+fragments, the MessagePack state codec. Each must give exactly what the full computation gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from strata.ingest.trace import split_lines
+from strata.projector import statecodec
+from strata.projector.replay import fold_line, replay_bytes
+from strata.projector.snapshot import canonical_bytes
+from strata.projector.state import CacheState
+from strata.projector.statedigest import SETTLE_EVERY
+
+CONFORMANCE = Path(__file__).with_name("conformance")
+TRACES = sorted(CONFORMANCE.glob("*.jsonl"))
+
+
+def _lines(trace: Path) -> list[bytes]:
+    return [line for _, line in split_lines(trace.read_bytes())]
+
+
+def _restored_at(lines: list[bytes], cut: int) -> CacheState:
+    """The fold of ``lines[:cut]`` through a checkpoint that keeps its fragments."""
+    head, _ = replay_bytes(b"\n".join(lines[:cut]))
+    snapshot = head.snapshot()
+    snapshot.digest()
+    return statecodec.decode(statecodec.encode(head, snapshot.fragments()))
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
+def test_rendering_from_a_checkpoints_fragments_equals_the_full_rendering(trace: Path):
+    lines = _lines(trace)
+    for cut in sorted({0, len(lines) // 3, len(lines) // 2, max(0, len(lines) - 1), len(lines)}):
+        state = _restored_at(lines, cut)
+        assert state.rendered is not None
+        for line in lines[cut:]:
+            fold_line(state, line)
+        snapshot = state.snapshot()
+        assert snapshot.canonical_bytes() == canonical_bytes(snapshot.to_json()), (trace.name, cut)
+
+
+def test_a_snapshot_without_fragments_renders_the_same_bytes_as_its_json():
+    for trace in TRACES:
+        snapshot = replay_bytes(trace.read_bytes())[0].snapshot()
+        assert snapshot.canonical_bytes() == canonical_bytes(snapshot.to_json()), trace.name
+
+
+def test_the_state_digest_equals_after_replay_restore_and_any_settling():
+    lines = _lines(CONFORMANCE / "c06.jsonl")
+    whole = replay_bytes(b"\n".join(lines))[0]
+    want = whole.state_digest()
+    for cut in (0, 1, 999, 2500):
+        restored = _restored_at(lines, cut)
+        restored.state_digest()  # settled midway: later changes are rehashed alone
+        for i, line in enumerate(lines[cut:]):
+            fold_line(restored, line)
+            if i % 7 == 0:
+                restored.hashes.settle(restored, budget=3)
+            restored.hashes.tend(restored)
+        assert restored.state_digest() == want, cut
+    assert whole.state_digest() == want  # asking twice changes nothing
+
+
+def test_the_state_digest_sees_a_single_differing_object():
+    lines = _lines(CONFORMANCE / "c06.jsonl")
+    state = replay_bytes(b"\n".join(lines))[0]
+    before = state.state_digest()
+    uid, task = next(iter(sorted(state.tasks.items())))
+    state.tasks[uid] = task._replace(priority=task.priority + 1)
+    changed = state.state_digest()
+    assert changed != before
+    state.tasks[uid] = task
+    assert state.state_digest() == before
+    name, used = next(iter(sorted(state.node_used.items())))
+    state.node_used[name] = {**used, "cpu": used.get("cpu", 0) + 1}
+    assert state.state_digest() != before
+
+
+def test_the_state_digest_does_not_depend_on_the_hash_seed():
+    code = (
+        "import sys; from pathlib import Path; from strata.projector.replay import replay_file;"
+        "print(replay_file(Path(sys.argv[1]))[0].state_digest())"
+    )
+    seen = {
+        subprocess.run(
+            [sys.executable, "-c", code, str(CONFORMANCE / "c05.jsonl")],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+        ).stdout
+        for seed in ("0", "7", "4242")
+    }
+    assert len(seen) == 1
+
+
+def test_settling_in_slices_keeps_each_slice_bounded():
+    state = replay_bytes((CONFORMANCE / "c06.jsonl").read_bytes())[0]
+    assert state.hashes.pending(state) > 0
+    assert state.hashes.settle(state, budget=10) == 10
+    while state.version % SETTLE_EVERY:
+        state.informational()
+    pending = state.hashes.pending(state)
+    state.hashes.tend(state)
+    assert state.hashes.pending(state) < pending
+
+
+def test_json_states_of_format_1_are_still_read():
+    state = replay_bytes((CONFORMANCE / "c04.jsonl").read_bytes())[0]
+    doc = {"format": statecodec.JSON_FORMAT, **statecodec._document(state)}
+    old = zstandard.ZstdCompressor().compress(json.dumps(doc).encode())
+    assert statecodec.decode(old).snapshot().digest() == state.snapshot().digest()
+
+
+def test_an_integer_beyond_64_bits_falls_back_to_json():
+    state = replay_bytes((CONFORMANCE / "c04.jsonl").read_bytes())[0]
+    name = next(iter(sorted(state.node_used.keys())))
+    state.node_used[name] = {"cpu": 1 << 70}
+    blob = statecodec.encode(state)
+    assert zstandard.ZstdDecompressor().decompress(blob)[:1] == b"{"
+    assert statecodec.decode(blob).snapshot().digest() == state.snapshot().digest()
+    assert statecodec.decode(blob).state_digest() == state.state_digest()
+
+
+def test_a_blob_of_another_format_is_a_clear_error():
+    blob = zstandard.ZstdCompressor().compress(json.dumps({"format": 99}).encode())
+    with pytest.raises(statecodec.StateFormatError, match="state format 99"):
+        statecodec.decode(blob)
