@@ -38,6 +38,7 @@ class Progress:
     checkpoints: int = 0
     bad: int = 0
     longest_pause_s: float = 0.0  # the longest the fold stood still for bookkeeping between records
+    longest_digest_s: float = 0.0  # the longest a state digest report took (part of a pause)
 
     @property
     def lag(self) -> int:
@@ -188,7 +189,9 @@ class _Following:
                 self._hand_over(checkpoint=due, now=now)
         state.hashes.tend(state)
         if self.digests is not None and self.digests.due(state.version):
+            digest_started = time.perf_counter()
             self.digests.offer(state.version, state.state_digest())
+            self.progress.longest_digest_s = max(self.progress.longest_digest_s, time.perf_counter() - digest_started)
         self.progress.pause(time.perf_counter() - started)
 
     def _hand_over(self, checkpoint: bool, now: float) -> None:

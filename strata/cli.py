@@ -452,6 +452,7 @@ def project(
 
     from strata.digests import DigestReporter
     from strata.projector.auditstore import AuditIndex
+    from strata.projector.runner import Progress
 
     runner = log_runner(settings, fold, quarantine=True)
     stop = threading.Event()
@@ -459,7 +460,11 @@ def project(
         signal.signal(signum, lambda *_: stop.set())
     target = runner.reader.end_offset() if stop_at_end else None
 
-    def report(p: Any) -> None:
+    progress = Progress(0, 0)
+
+    def report(p: Progress) -> None:
+        nonlocal progress
+        progress = p
         click.echo(f"version {p.version} lag {p.lag} checkpoints {p.checkpoints} bad {p.bad}", err=True)
         if target is not None and p.version >= target:
             stop.set()
@@ -475,7 +480,11 @@ def project(
         audit_index=AuditIndex(runner.store.engine) if audit else None,
         digests=DigestReporter(settings, replica or f"projector-{socket.gethostname()}", fold.identity),
     )
-    click.echo(f"stopped at version {state.version}", err=True)
+    click.echo(
+        f"stopped at version {state.version}; longest pause {progress.longest_pause_s * 1000:.1f} ms, "
+        f"longest digest {progress.longest_digest_s * 1000:.1f} ms",
+        err=True,
+    )
 
 
 @main.command()

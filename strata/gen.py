@@ -19,12 +19,16 @@ that is already Binding, a bind to a node the task does not fit or that is not s
 
 from __future__ import annotations
 
+import copy
 import heapq
 import json
 import math
+import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from pathlib import Path
 from random import Random
 from typing import Any, BinaryIO
 
@@ -1313,3 +1317,44 @@ def generate(
     if replicas < 1:
         raise ValueError("replicas must be at least 1")
     return _Generator(out, nodes, pods, queues, churn, seed, replicas).run()
+
+
+def cycle_lines(trace: Path, tasks: Mapping[str, Any], pods: int) -> list[bytes]:
+    """Trace lines of the history's own kind of traffic that its final state applies, and applies
+    again and again: for ``pods`` Running tasks spread over ``tasks`` (a snapshot's or state's),
+    each pod's lifecycle as the history writes it (DELETED, ADDED as Pending, BIND to its node,
+    BIND_SUCCEEDED, MODIFIED as Running there). A pass leaves every task as it found it, so a
+    benchmark can replay them round and round at a steady state size."""
+    eligible = sorted(uid for uid, t in tasks.items() if t.status == TaskStatus.RUNNING and t.node and t.job)
+    if len(eligible) < pods:
+        raise ValueError(f"the history leaves {len(eligible)} Running tasks, not the {pods} asked for")
+    step = len(eligible) / pods
+    chosen = {eligible[int(i * step)] for i in range(pods)}
+    last: dict[str, bytes] = {}  # the raw line of each chosen pod's last watch event
+    uid_of = re.compile(rb'"kind":"Pod","metadata":\{[^{}]*?"uid":"([^"]+)"')
+    with open(trace, "rb", buffering=1 << 20) as f:
+        for line in f:
+            found = uid_of.search(line) if b'"kind":"Pod"' in line else None
+            if found is not None and found.group(1).decode() in chosen:
+                last[found.group(1).decode()] = line
+    if len(last) != len(chosen):
+        raise ValueError(f"no watch event found for {len(chosen) - len(last)} of the chosen tasks' pods")
+    lines: list[bytes] = []
+    for uid in sorted(chosen):
+        event = json.loads(last[uid])
+        running = event["object"]
+        node = tasks[uid].node
+        if event["type"] == "DELETED" or running["status"].get("phase") != "Running":
+            raise ValueError(f"the last event of task {uid} does not show it Running")
+        pending = copy.deepcopy(running)
+        del pending["spec"]["nodeName"]
+        pending["status"] = {"phase": "Pending", "qosClass": running["status"].get("qosClass", "Burstable")}
+        for value in (
+            {"type": "DELETED", "object": running},
+            {"type": "ADDED", "object": pending},
+            {"type": "BIND", "pod": uid, "node": node},
+            {"type": "BIND_SUCCEEDED", "pod": uid, "node": node},
+            {"type": "MODIFIED", "object": running},
+        ):
+            lines.append(json.dumps(value, separators=(",", ":")).encode())
+    return lines

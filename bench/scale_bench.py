@@ -1,0 +1,346 @@
+"""Benchmark: the projector at the scale where Volcano hurts (issue 13), in one table.
+
+    eval "$(.venv/bin/strata dev up --no-kube)"
+    .venv/bin/python bench/scale_bench.py [--nodes 5000] [--pods 150000] [--trace PATH]
+                                          [--load-seconds 600] [--rate 5000] [--json PATH]
+
+On one generated history (`strata gen`) of R records, every figure is measured in the same run,
+each process timed whole (wall clock, start to exit), on the local broker and a fresh topic prefix:
+
+* floor: stdlib ``json.loads`` over the R lines, a process of its own;
+* replay: ``strata replay --digest`` of the R lines (digest D);
+* publish the first E = R - 1,000 records (``strata ingest --from``);
+* project: ``strata project --stop-at-end`` with its defaults (a checkpoint every 100,000 records,
+  the audit index, digests), into a fresh SQLite database; it prints its longest pause (the
+  bookkeeping between two records: forking the writer, settling and reporting the digest) and its
+  longest digest report;
+* publish the last 1,000 records;
+* pure fold: ``strata snapshot --digest`` of all R records from the broker with no checkpoint;
+* cold start: ``strata snapshot --digest`` from project's last checkpoint plus the 1,000-record
+  tail, and a replica's ``Cache.wait_for_cache_sync`` from the same (time and peak RSS);
+* the audit index's bytes per record (SQLite's dbstat over the audit tables) and ``strata history``
+  latency for sampled pods, jobs and nodes;
+* load (``--load-seconds``, 0 to skip): ``strata project`` with its defaults follows while records
+  are appended at ``--rate`` for that long (pods of the state deleted and re-created, bound and
+  running again, so the state keeps its size); its reported lag (p50/p99, as records and as time
+  at the rate) and its RSS after catching up and at the end.
+
+Determinism: the replay, the pure fold from the broker and the cold start from a checkpoint must
+print the same digest D. Rates, not times, are compared (project folds E records, the others R).
+Each pass line is also applied to a deliberately wrong set of figures, which must fail every one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strata.faults.common import STRATA, env_for
+from strata.gen import cycle_lines, generate
+from strata.ingest.trace import record_from_json
+from strata.log.cachelog import CacheLogWriter
+from strata.log.config import Settings, settings_from
+from strata.log.topics import drop_topics, ensure_topics
+from strata.projector.replay import replay_file
+from strata.schemas import objectjson
+
+TAIL = 1000
+
+FLOOR = r"""
+import json, sys
+with open(sys.argv[1], "rb", buffering=1 << 20) as f:
+    for line in f:
+        try:
+            json.loads(line)
+        except ValueError:
+            pass
+"""
+
+REPLICA = r"""
+import json, resource, sys, threading, time
+t0 = time.perf_counter()
+from strata.log.config import settings_from
+from strata.projector.sqlstore import SqlCheckpointStore
+from strata.scheduler.cache import LogCache
+settings = settings_from()
+cache = LogCache(settings, "scale-bench", SqlCheckpointStore(sys.argv[1]))
+stop = threading.Event()
+t1 = time.perf_counter()
+cache.run(stop)
+cache.wait_for_cache_sync(stop)
+t2 = time.perf_counter()
+version = cache.version
+stop.set()
+print(json.dumps({"sync_s": t2 - t1, "process_to_sync_s": t2 - t0, "version": version,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+@dataclass
+class Timed:
+    seconds: float
+    rss_mb: float
+    out: str
+    err: str
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> Timed:
+    """Run a process to its end: its wall time and its own peak RSS."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: list[bytes] = []
+    err: list[bytes] = []
+    readers = [
+        threading.Thread(target=lambda s=stream, into=into: into.append(s.read()), daemon=True)
+        for stream, into in ((proc.stdout, out), (proc.stderr, err))
+    ]
+    for reader in readers:
+        reader.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - started
+    for reader in readers:
+        reader.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    result = Timed(seconds, usage.ru_maxrss / 1024, b"".join(out).decode(), b"".join(err).decode())
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:3])} failed ({proc.returncode}): {result.err.strip()[-500:]}")
+    return result
+
+
+def split(trace: Path, head: Path, tail: Path, tail_lines: int) -> tuple[int, int]:
+    """Write the first lines and the last ``tail_lines`` lines of ``trace`` apart."""
+    total = sum(1 for _ in trace.open("rb"))
+    with trace.open("rb") as f, head.open("wb") as h, tail.open("wb") as t:
+        for i, line in enumerate(f):
+            (h if i < total - tail_lines else t).write(line)
+    return total - tail_lines, total
+
+
+def audit_bytes(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall()
+    return sum(size for name, size in rows if "audit" in name)
+
+
+def history_latency(env: dict[str, str], subjects: list[tuple[str, str]]) -> list[float]:
+    seconds = []
+    for kind, name in subjects:
+        seconds.append(timed([STRATA, "history", kind, name], env).seconds)
+    return seconds
+
+
+def sample_subjects(trace: Path, lines: int) -> list[tuple[str, str]]:
+    """A few pods, jobs and nodes of the history, spread over it."""
+    stride = max(1, lines // 97)
+    pods, jobs, nodes = [], [], []
+    pod = re.compile(rb'"kind":"Pod","metadata":\{[^{}]*?"name":"([^"]+)","namespace":"([^"]+)"')
+    job = re.compile(rb'"scheduling.k8s.io/group-name":"([^"]+)"')
+    node = re.compile(rb'"nodeName":"([^"]+)"')
+    with trace.open("rb") as f:
+        for i, line in enumerate(f):
+            if i % stride:
+                continue
+            if (m := pod.search(line)) is not None:
+                pods.append(("pod", f"{m.group(2).decode()}/{m.group(1).decode()}"))
+                if (j := job.search(line)) is not None:
+                    jobs.append(("job", f"{m.group(2).decode()}/{j.group(1).decode()}"))
+                if (n := node.search(line)) is not None:
+                    nodes.append(("node", n.group(1).decode()))
+    return pods[:4] + jobs[:3] + nodes[:3]
+
+
+# ---------------------------------------------------------------------------------------- load
+def load(settings: Settings, env: dict[str, str], cycles: list[bytes], rate: int, seconds: float) -> dict[str, Any]:
+    """Follow with `strata project` while ``rate`` records/s are appended for ``seconds``."""
+    proc = subprocess.Popen([STRATA, "project"], env=env, stderr=subprocess.PIPE, text=True)
+    lags: list[tuple[float, int]] = []
+    stopped: list[str] = []
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if (m := re.match(r"version (\d+) lag (\d+)", line)) is not None:
+                lags.append((time.monotonic(), int(m.group(2))))
+            elif line.startswith("stopped at version"):
+                stopped.append(line.strip())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    while not lags or lags[-1][1] > rate:  # caught up with what is there
+        time.sleep(1)
+        if proc.poll() is not None:
+            raise SystemExit("the load's projector ended early")
+    rss_start = _rss_mb(proc.pid)
+    writer = CacheLogWriter(settings)
+    records = [record_from_json(objectjson.loads(line), "load") for line in cycles]
+    started = time.monotonic()
+    published = 0
+    while (now := time.monotonic()) - started < seconds:
+        due = int((now - started) * rate)
+        while published < due:
+            writer.append(records[published % len(records)])
+            published += 1
+        time.sleep(0.005)
+    writer.flush()
+    time.sleep(10)  # its last reports
+    rss_end = _rss_mb(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=600)
+    reader.join(10)
+    during = sorted(lag for at, lag in lags if started + 10 <= at <= started + seconds)
+    return {
+        "load_seconds": seconds,
+        "load_rate": rate,
+        "load_published": published,
+        "load_reports": len(during),
+        "load_lag_p50_records": _pct(during, 50),
+        "load_lag_p99_records": _pct(during, 99),
+        "load_lag_p99_ms": _pct(during, 99) / rate * 1000,
+        "load_rss_start_mb": rss_start,
+        "load_rss_end_mb": rss_end,
+        "load_rss_growth": rss_end / rss_start if rss_start else 0.0,
+        "load_stopped": stopped[-1] if stopped else "",
+    }
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _pct(values: list[int], p: int) -> int:
+    return values[min(len(values) - 1, len(values) * p // 100)] if values else 0
+
+
+# ----------------------------------------------------------------------------------- pass lines
+Limit = tuple[str, str, float, Callable[[float, float], bool]]  # figure, shown as, limit, holds
+LIMITS: list[Limit] = [
+    ("project_over_pure", "project (defaults) / pure fold from the broker, per record", 1.25, lambda v, lim: v <= lim),
+    ("pure_over_replay", "pure fold from the broker / offline replay, per record", 1.25, lambda v, lim: v <= lim),
+    ("replay_over_floor", "offline replay / JSON floor, whole process", 2.0, lambda v, lim: v <= lim),
+    ("longest_pause_ms", "longest fold pause (ms)", 50.0, lambda v, lim: v <= lim),
+    ("longest_digest_ms", "longest digest report (ms)", 10.0, lambda v, lim: v <= lim),
+    ("audit_bytes_per_record", "audit index bytes per record", 250.0, lambda v, lim: v <= lim),
+    ("history_max_s", "strata history, slowest (s)", 1.0, lambda v, lim: v < lim),
+    ("cold_snapshot_s", "cold start: snapshot --digest (s)", 3.0, lambda v, lim: v <= lim),
+    ("cold_snapshot_rss_mb", "cold start: snapshot RSS (MB)", 600.0, lambda v, lim: v <= lim),
+    ("replica_sync_s", "cold start: replica wait_for_cache_sync (s)", 2.0, lambda v, lim: v <= lim),
+    ("replica_rss_mb", "cold start: replica RSS (MB)", 600.0, lambda v, lim: v <= lim),
+    ("load_lag_p99_ms", "load: p99 lag (ms)", 500.0, lambda v, lim: v <= lim),
+    ("load_rss_growth", "load: RSS end / after catch-up", 1.10, lambda v, lim: v <= lim),
+    ("digests_equal", "replay = pure fold = checkpoint+tail digest", 1.0, lambda v, lim: v == lim),
+]
+
+
+def verdicts(figures: dict[str, Any]) -> list[tuple[str, float, float, bool]]:
+    return [(shown, figures[key], lim, holds(figures[key], lim)) for key, shown, lim, holds in LIMITS if key in figures]
+
+
+def controls_caught(figures: dict[str, Any]) -> tuple[int, int]:
+    """Every pass line applied to figures each made wrong on purpose: how many it fails."""
+    wrong = {key: (0.0 if key == "digests_equal" else lim * 2 + 1) for key, _, lim, _ in LIMITS if key in figures}
+    failed = sum(1 for _, _, _, ok in verdicts(wrong) if not ok)
+    return failed, len(wrong)
+
+
+# ------------------------------------------------------------------------------------------ run
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=150_000)
+    parser.add_argument("--trace", type=Path)
+    parser.add_argument("--load-seconds", type=float, default=600)
+    parser.add_argument("--rate", type=int, default=5000)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="strata-scale-"))
+    trace = args.trace
+    if trace is None:
+        trace = work / "history.jsonl"
+        with trace.open("wb") as out:
+            generate(out, nodes=args.nodes, pods=args.pods)
+    head, tail = work / "head.jsonl", work / "tail.jsonl"
+    e, r = split(trace, head, tail, TAIL)
+    f: dict[str, Any] = {"records": r, "trace_bytes": trace.stat().st_size}
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+
+    say("floor and replay")
+    floor = timed([sys.executable, "-c", FLOOR, str(trace)])
+    replay = timed([STRATA, "replay", str(trace), "--digest"])
+    digest = replay.out.strip()
+    f.update(floor_s=floor.seconds, replay_s=replay.seconds, replay_rss_mb=replay.rss_mb)
+
+    settings = settings_from().with_(topic_prefix=f"scale-{uuid.uuid4().hex[:8]}.")
+    ensure_topics(settings)
+    db = work / "project.db"
+    env = env_for(settings, STRATA_DB_URL=f"sqlite:///{db}")
+    try:
+        say(f"publishing {e} records")
+        f["ingest_s"] = timed([STRATA, "ingest", "--from", str(head)], env).seconds
+        say("project --stop-at-end")
+        project = timed([STRATA, "project", "--stop-at-end"], env)
+        stopped = re.search(r"longest pause ([\d.]+) ms, longest digest ([\d.]+) ms", project.err)
+        assert stopped is not None, project.err[-500:]
+        f.update(project_s=project.seconds, project_rss_mb=project.rss_mb)
+        f.update(longest_pause_ms=float(stopped.group(1)), longest_digest_ms=float(stopped.group(2)))
+        f["audit_bytes_per_record"] = audit_bytes(db) / e
+        timed([STRATA, "ingest", "--from", str(tail)], env)
+        say("pure fold from the broker")
+        pure = timed(
+            [STRATA, "snapshot", "--digest"], env_for(settings, STRATA_DB_URL=f"sqlite:///{work / 'empty.db'}")
+        )
+        say("cold start")
+        cold = timed([STRATA, "snapshot", "--digest"], env)
+        replica = json.loads(timed([sys.executable, "-c", REPLICA, f"sqlite:///{db}"], env).out)
+        f.update(pure_s=pure.seconds, cold_snapshot_s=cold.seconds, cold_snapshot_rss_mb=cold.rss_mb)
+        f.update(replica_sync_s=replica["sync_s"], replica_process_s=replica["process_to_sync_s"])
+        f["replica_rss_mb"] = replica["rss_mb"]
+        f["digests_equal"] = float(digest == pure.out.strip() == cold.out.strip() and replica["version"] == r)
+        say("history")
+        latencies = history_latency(env, sample_subjects(head, e))
+        f.update(history_max_s=max(latencies), history_median_s=sorted(latencies)[len(latencies) // 2])
+        if args.load_seconds > 0:
+            say(f"load: {args.rate} records/s for {args.load_seconds:g} s")
+            state, _ = replay_file(trace)
+            running = sum(1 for t in state.tasks.values() if t.status == "Running" and t.node and t.job)
+            cycles = cycle_lines(trace, dict(state.tasks.items()), min(20_000, running))
+            del state
+            f.update(load(settings, env, cycles, args.rate, args.load_seconds))
+    finally:
+        drop_topics(settings)
+    f["replay_over_floor"] = f["replay_s"] / f["floor_s"]
+    f["pure_over_replay"] = f["pure_s"] / f["replay_s"]  # both fold all R records
+    f["project_over_pure"] = (f["project_s"] / e) / (f["pure_s"] / r)
+    report(f)
+    if args.json:
+        args.json.write_text(json.dumps(f, indent=2))
+
+
+def report(f: dict[str, Any]) -> None:
+    print("| figure | value | pass line | |\n|---|---|---|---|")
+    for shown, value, lim, ok in verdicts(f):
+        print(f"| {shown} | {value:.3g} | {lim:g} | {'ok' if ok else 'FAIL'} |")
+    caught, total = controls_caught(f)
+    print(f"\ncontrols: {caught}/{total} deliberately wrong figures failed their pass line")
+    shown = ("records", "floor_s", "replay_s", "pure_s", "project_s", "ingest_s", "replay_rss_mb", "project_rss_mb")
+    print("\n" + ", ".join(f"{k} {f[k]:.4g}" for k in shown if k in f))
+
+
+if __name__ == "__main__":
+    main()
