@@ -41,6 +41,25 @@ class CheckpointStoreContract:
     def store(self) -> Iterator[CheckpointStore]:
         raise NotImplementedError("a storage engine's test class gives the store")
 
+    def test_a_forked_child_saves_and_the_parent_reads(self, store: CheckpointStore) -> None:
+        """The projector's writer forks (``projector.writer``): after ``forked()`` the child uses
+        connections of its own, and the parent's go on working."""
+        store.save(checkpoint(1))
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                store.forked()
+                store.save(checkpoint(2))
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert versions(store) == [1, 2]
+        store.save(checkpoint(3))
+        assert versions(store) == [1, 2, 3]
+
     def test_save_latest_list_prune(self, store: CheckpointStore) -> None:
         assert store.latest(LOG) is None
         assert store.list(LOG) == []
