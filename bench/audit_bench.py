@@ -1,37 +1,61 @@
-"""Benchmark: the audit on a long log.
+"""Benchmark: the audit index on a long log.
 
     eval "$(.venv/bin/strata dev up --no-kube)"
-    .venv/bin/python bench/audit_bench.py [--nodes 3000] [--pods 90000] [--samples 20]
+    .venv/bin/python bench/audit_bench.py [--nodes 3000] [--pods 90000] [--samples 20] [--repeats 3] [--project]
 
-Generates a synthetic history (`strata gen`, about a million records at the defaults), publishes
-it into a fresh topic prefix, runs `strata project --stop-at-end` twice (without and with the
-audit index) and times them, then times `strata history pod|job|node` on sampled subjects (the
-CLI end to end, and the index query alone). Prints one JSON object; deletes its topics.
+Generates a synthetic history (`strata gen`, about a million records at the defaults) and replays
+it offline, the way `strata project` folds the log: per record ``audit.context`` before the
+record and ``audit.entry`` after it, in the fold's thread. It measures
+
+- the fold's own cost per record, and what ``context`` + ``entry`` add to it (µs per record, timed
+  around the calls, less the clock's own cost; the better of ``--repeats`` runs: two cores are
+  shared, the minimum is the least disturbed);
+- ``AuditIndex.write`` in flushes of ``--flush`` entries (records per second of the writer's CPU
+  and of wall time, with the garbage collector off as in the projector's forked writer), into
+  SQLite and, when ``STRATA_PG_URL`` is set, PostgreSQL;
+- bytes per record: the growth of the database over an empty one (SQLite after VACUUM; for
+  PostgreSQL ``pg_total_relation_size`` of the audit tables), divided by the records indexed;
+- ``strata history pod|job|node`` on sampled subjects (the query behind the command: p50 and max).
+
+With ``--project`` it also publishes the history into a fresh topic prefix and times `strata
+project --stop-at-end` without and with the audit (end to end, through Kafka). Prints one JSON
+object; deletes its topics and databases.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import random
+import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, text
 
 from strata.faults.common import STRATA, env_for
 from strata.history import history
-from strata.ingest.from_trace import publish_trace
-from strata.log.config import Settings, settings_from
-from strata.log.topics import drop_topics, ensure_topics
+from strata.ingest.trace import parse_line, split_lines
+from strata.projector import audit
 from strata.projector.auditstore import AuditIndex
+from strata.projector.checkpoint import LogIdentity
 from strata.projector.kinds import GROUP_NAME
-from strata.projector.runner import LogRunner
-from strata.projector.sqlstore import SqlCheckpointStore
-from strata.projector.state import FoldConfig
+from strata.projector.sqlstore import SqlCheckpointStore, normalize_url
+from strata.projector.state import CacheState
+from strata.schemas.records import LogRecord
+
+LOG = LogIdentity("bench-cache-log", "bench-cluster", "bench-fold")
+TIME_MS = 1_700_000_000_000  # a broker stamp for the first record; one millisecond per record after it
 
 
 def main() -> None:
@@ -39,67 +63,200 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=3000)
     parser.add_argument("--pods", type=int, default=90000)
     parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--flush", type=int, default=20_000, help="entries per AuditIndex.write")
+    parser.add_argument("--trace", type=Path, help="an existing trace instead of generating one")
+    parser.add_argument("--project", action="store_true", help="also time `strata project` through Kafka")
     args = parser.parse_args()
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = args.trace or Path(tmp) / "gen.jsonl"
+        if args.trace is None:
+            gen = [STRATA, "gen", "--nodes", str(args.nodes), "--pods", str(args.pods), "-o", str(trace)]
+            subprocess.run(gen, check=True, stdout=subprocess.DEVNULL)
+        records = [parse_line(line, "bench") for _, line in split_lines(trace.read_bytes())]
+        out["records"] = len(records)
+        entries = _fold(records, args.repeats, out)
+        del records
+        names = _subjects(trace)
+        databases = [("sqlite", f"sqlite:///{tmp}/audit.db")]
+        if os.environ.get("STRATA_PG_URL"):
+            databases.append(("postgres", ""))
+        for label, url in databases:
+            with _database(label, url) as db_url:
+                out[label] = _store(db_url, label, entries, args)
+                out[label]["history"] = _histories(db_url, names, args.samples)
+            _progress(out)
+        if args.project:
+            _project(trace, tmp, out)
+    print(json.dumps(out, indent=2))
+
+
+def _progress(out: dict[str, Any]) -> None:
+    print(json.dumps(out), file=sys.stderr)
+
+
+def _fold(records: Sequence[LogRecord], repeats: int, out: dict[str, Any]) -> list[audit.AuditEntry]:
+    """Fold with the audit's per-record calls, timing the calls themselves: the better of ``repeats``."""
+    runs = []
+    entries: list[audit.AuditEntry] = []
+    for _ in range(repeats):
+        entries = []
+        runs.append(_timed_fold(records, entries))
+        _progress({"fold_s": runs[-1][0], "audit_calls_s": runs[-1][1]})
+    n = len(records)
+    out["fold_us_per_record"] = round(min(f for f, _ in runs) / n * 1e6, 2)
+    out["audit_entry_us_per_record"] = round(min(a for _, a in runs) / n * 1e6, 2)
+    out["audit_entry_us_per_record_runs"] = [round(a / n * 1e6, 2) for _, a in runs]
+    return entries
+
+
+def _timed_fold(records: Sequence[LogRecord], entries: list[audit.AuditEntry]) -> tuple[float, float]:
+    """Seconds in ``apply_at``, and in ``context`` + ``entry`` (less the clock's own cost)."""
+    state = CacheState()
+    keep, context, entry, clock = entries.append, audit.context, audit.entry, time.perf_counter
+    gc.collect()
+    folding = auditing = 0.0
+    for offset, record in enumerate(records):
+        t0 = clock()
+        ctx = context(state, record)
+        t1 = clock()
+        outcome = state.apply_at(offset, record)
+        t2 = clock()
+        keep(entry(offset, TIME_MS + offset, record, outcome, ctx, state.last_object))
+        t3 = clock()
+        auditing += (t1 - t0) + (t3 - t2)
+        folding += t2 - t1
+    clocks = _clock_cost(len(records))
+    return folding - clocks / 2, auditing - clocks
+
+
+def _clock_cost(n: int) -> float:
+    """What the four clock readings of ``_timed_fold`` cost per record, times ``n`` (two intervals)."""
+    clock = time.perf_counter
+    best = float("inf")
+    for _ in range(3):
+        spent = 0.0
+        for _ in range(n):
+            t0 = clock()
+            t1 = clock()
+            t2 = clock()
+            t3 = clock()
+            spent += (t1 - t0) + (t3 - t2)
+        best = min(best, spent)
+    return best
+
+
+@contextmanager
+def _database(label: str, url: str) -> Iterator[str]:
+    if label == "sqlite":
+        yield url
+        return
+    server = normalize_url(os.environ["STRATA_PG_URL"])
+    name = f"strata_bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield server.set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+def _store(url: str, label: str, entries: Sequence[audit.AuditEntry], args: argparse.Namespace) -> dict[str, Any]:
+    """Write the entries in flushes (one core, as the projector's writer), then measure the growth."""
+    store = SqlCheckpointStore(url)
+    index = AuditIndex(store.engine)
+    empty = _audit_bytes(store, label, url)
+    seconds = []
+    gc.disable()  # as in the projector's forked writer: a short life, collecting would only copy pages
+    for i in range(0, len(entries), args.flush):
+        chunk = entries[i : i + args.flush]
+        started = time.process_time()  # the writer's CPU: the database's own work is another process
+        wall = time.perf_counter()
+        index.write(LOG, chunk, chunk[-1].offset + 1)
+        seconds.append((time.process_time() - started, time.perf_counter() - wall))
+    gc.enable()
+    again = time.perf_counter()
+    index.write(LOG, entries[: args.flush], args.flush)  # a restart rewrites a flush: harmless
+    rewrite_s = time.perf_counter() - again
+    grown = _audit_bytes(store, label, url) - empty
+    store.close()
+    n = len(entries)
+    return {
+        "bytes_per_record": round(grown / n, 1),
+        "audit_mb": round(grown / 2**20, 1),
+        "write_records_per_s_cpu": round(n / sum(s for s, _ in seconds)),
+        "write_records_per_s_wall": round(n / sum(w for _, w in seconds)),
+        "rewrite_flush_s": round(rewrite_s, 2),
+    }
+
+
+def _audit_bytes(store: SqlCheckpointStore, label: str, url: str) -> int:
+    with store.engine.connect() as conn:
+        if label == "postgres":
+            conn.commit()
+            return int(
+                conn.execute(
+                    text(
+                        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                        "WHERE c.relkind = 'r' AND n.nspname = 'public' AND c.relname LIKE 'audit%'"
+                    )
+                ).scalar_one()
+            )
+    path = url.removeprefix("sqlite:///")
+    store.engine.dispose()
+    with closing(sqlite3.connect(path)) as db:  # SQLAlchemy's connections begin a transaction; VACUUM can't
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.execute("VACUUM")
+    return Path(path).stat().st_size
+
+
+def _histories(url: str, names: dict[str, list[str]], samples: int) -> dict[str, Any]:
+    store = SqlCheckpointStore(url)
+    index = AuditIndex(store.engine)
+    rng = random.Random(1)
+    out = {}
+    for kind in ("pod", "job", "node"):
+        picks = rng.sample(names[kind], min(samples, len(names[kind])))
+        query_ms, sizes = [], []
+        for name in picks:
+            started = time.perf_counter()
+            sizes.append(len(history(index, LOG, kind, name, None, None)))
+            query_ms.append((time.perf_counter() - started) * 1000)
+        out[kind] = {
+            "subjects": len(picks),
+            "entries_median": statistics.median(sizes),
+            "entries_max": max(sizes),
+            "ms_p50": round(statistics.median(query_ms), 1),
+            "ms_max": round(max(query_ms), 1),
+        }
+    store.close()
+    return out
+
+
+def _project(trace: Path, tmp: str, out: dict[str, Any]) -> None:
+    """`strata project --stop-at-end` through the local Kafka, without and with the audit."""
+    from strata.ingest.from_trace import publish_trace
+    from strata.log.config import settings_from
+    from strata.log.topics import drop_topics, ensure_topics
+
     settings = settings_from().with_(topic_prefix=f"bench-audit-{uuid.uuid4().hex[:8]}.")
     ensure_topics(settings)
     try:
-        run(settings, args)
+        report = publish_trace(settings, trace)
+        for flag, db in (("--no-audit", "plain"), ("--audit", "audited")):
+            env = env_for(settings, STRATA_DB_URL=f"sqlite:///{tmp}/project-{db}.db")
+            started = time.monotonic()
+            command = [STRATA, "project", "--stop-at-end", "--checkpoint-every", "500000", flag]
+            subprocess.run(command, env=env, check=True, stderr=subprocess.DEVNULL)
+            out[f"project_{db}_records_per_s"] = round(report.records / (time.monotonic() - started))
+            _progress(out)
     finally:
         drop_topics(settings)
-
-
-def run(settings: Settings, args: argparse.Namespace) -> None:
-    out: dict[str, object] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        trace = Path(tmp) / "gen.jsonl"
-        subprocess.run(
-            [STRATA, "gen", "--nodes", str(args.nodes), "--pods", str(args.pods), "-o", str(trace)], check=True
-        )
-        started = time.monotonic()
-        report = publish_trace(settings, trace)
-        out["records"] = report.records
-        out["publish_records_per_s"] = round(report.records / (time.monotonic() - started))
-        for audit, db in (("--no-audit", "plain"), ("--audit", "audit")):
-            env = env_for(settings, STRATA_DB_URL=f"sqlite:///{tmp}/{db}.db")
-            started = time.monotonic()
-            subprocess.run(
-                [STRATA, "project", "--stop-at-end", "--checkpoint-every", "500000", audit],
-                env=env,
-                check=True,
-                stderr=subprocess.DEVNULL,
-            )
-            out[f"project_{db}_records_per_s"] = round(report.records / (time.monotonic() - started))
-            print(json.dumps(out), file=sys.stderr)
-        out["audit_db_mb"] = round(Path(f"{tmp}/audit.db").stat().st_size / 2**20, 1)
-
-        store = SqlCheckpointStore(env["STRATA_DB_URL"])
-        runner = LogRunner(settings, store, FoldConfig())
-        index = AuditIndex(store.engine)
-        names = _subjects(trace)
-        rng = random.Random(1)
-        for kind in ("pod", "job", "node"):
-            picks = rng.sample(names[kind], min(args.samples, len(names[kind])))
-            query_ms, entries = [], []
-            for name in picks:
-                t = time.perf_counter()
-                entries.append(len(history(index, runner.identity, kind, name, None, None)))
-                query_ms.append((time.perf_counter() - t) * 1000)
-            cli_ms = []
-            for name in picks[:5]:
-                t = time.perf_counter()
-                subprocess.run([STRATA, "history", kind, name, "-o", "json"], env=env, check=True, capture_output=True)
-                cli_ms.append((time.perf_counter() - t) * 1000)
-            out[f"history_{kind}"] = {
-                "subjects": len(picks),
-                "entries_median": statistics.median(entries),
-                "entries_max": max(entries),
-                "query_ms_median": round(statistics.median(query_ms), 1),
-                "query_ms_max": round(max(query_ms), 1),
-                "cli_ms_median": round(statistics.median(cli_ms)),
-                "cli_ms_max": round(max(cli_ms)),
-            }
-        store.close()
-    print(json.dumps(out, indent=2))
 
 
 def _subjects(trace: Path) -> dict[str, list[str]]:

@@ -1,21 +1,21 @@
 """The audit of the cache log: what each record did, and whom it concerns (pure, like the fold).
 
-For every record the fold applies, ``Auditor`` derives an ``AuditEntry``: the record's type, a
-summary of what it did (the fold's verdict for scheduler records; for pods the fields a person
-asks about after an incident), and its subjects, the keys under which a history finds it:
+For every record the fold applies, the audit derives the record's type, a summary of what it did
+(the fold's verdict for scheduler records; for pods the fields a person asks about after an
+incident), and its subjects, the keys under which a history finds it:
 
     pod:NS/NAME   uid:UID   job:NS/PODGROUP   node:NAME   queue:NAME   priorityclass:NAME   hypernode:NAME
 
-A scheduler record names a pod by uid; the auditor resolves it through the state *before* the
-record is applied (a BIND_FAILED's node is gone afterwards). What changed between two versions
-of a pod is computed when a history is read, from consecutive entries' fields, so the index
-never needs the previous version in memory.
+The work is split by who pays for it. In the fold's thread, per record, ``context`` (before the
+record is applied) and ``entry`` (after) only keep what the derivation needs: the record, the
+fold's outcome, what the state knew of a scheduler record's pod (a BIND_FAILED's node is gone
+afterwards), and a pod's shown fields (picked now, so the parsed object, ten times their size, is
+not kept until the index is written). ``describe`` builds the strings and summaries from that; the
+index writer calls it, in a process of its own, off the fold's path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from strata.projector.kinds import GROUP_NAME
@@ -54,15 +54,6 @@ _VERDICT = {  # the fold's outcome in the words of each scheduler record
 }
 
 
-@dataclass(frozen=True)
-class AuditEntry:
-    offset: int
-    time_ms: int
-    type: str
-    subjects: tuple[str, ...]
-    summary: Mapping[str, Any]
-
-
 class PodContext(NamedTuple):
     """What the state knew about a scheduler record's pod just before the record."""
 
@@ -72,35 +63,74 @@ class PodContext(NamedTuple):
     node: str
 
 
+class Described(NamedTuple):
+    type: str
+    subjects: tuple[str, ...]
+    summary: dict[str, Any]
+
+
+class AuditEntry(NamedTuple):
+    """One record as the fold saw it; ``describe`` (or the properties) says what it did."""
+
+    offset: int
+    time_ms: int
+    record: LogRecord
+    outcome: Outcome
+    context: PodContext | None
+    fields: dict[str, Any] | None  # a pod's watch event: ``pod_fields`` of its object
+
+    @property
+    def type(self) -> str:
+        return describe(self).type
+
+    @property
+    def subjects(self) -> tuple[str, ...]:
+        return describe(self).subjects
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return describe(self).summary
+
+
 def context(state: CacheState, record: LogRecord) -> PodContext | None:
     """Call before ``state.apply(record)``."""
+    if type(record) is WatchEvent:  # most records: the cheapest test first
+        return None
     uid = getattr(record, "pod", None)
-    if uid is None or isinstance(record, WatchEvent):
+    if uid is None:
         return None
     key = state.pod_uids.get(uid)
     task = state.tasks.get(uid)
-    return PodContext(
-        key[0] if key else None,
-        key[1] if key else None,
-        task.job if task is not None else None,
-        task.node if task is not None else "",
-    )
+    if key is None:
+        return PodContext(None, None, task.job, task.node) if task is not None else _UNKNOWN_POD
+    return PodContext(key[0], key[1], task.job if task is not None else None, task.node if task is not None else "")
+
+
+_UNKNOWN_POD = PodContext(None, None, None, "")
 
 
 def entry(
     offset: int, time_ms: int, record: LogRecord, outcome: Outcome, ctx: PodContext | None, obj: Any
 ) -> AuditEntry:
     """Call after ``state.apply(record)``; ``obj`` is ``state.last_object`` for a watch event."""
+    if type(record) is WatchEvent and record.kind == "Pod":
+        return AuditEntry(offset, time_ms, record, outcome, ctx, pod_fields(obj))
+    return AuditEntry(offset, time_ms, record, outcome, ctx, None)
+
+
+def describe(e: AuditEntry) -> Described:
+    """The entry's type, subjects and summary (the index writer's work, off the fold's path)."""
+    record = e.record
     if isinstance(record, WatchEvent):
-        return _watch(offset, time_ms, record, outcome, obj)
+        return _watch(record, e.outcome, e.fields)
     if isinstance(record, BadRecord):
-        return AuditEntry(offset, time_ms, "BAD", (), {"error": record.error})
+        return Described("BAD", (), {"error": record.error})
     if isinstance(record, Synced):
-        return AuditEntry(offset, time_ms, "SYNCED", (), {"kind": record.kind})
-    return _scheduler(offset, time_ms, record, outcome, ctx)
+        return Described("SYNCED", (), {"kind": record.kind})
+    return _scheduler(record, e.outcome, e.context)
 
 
-def _watch(offset: int, time_ms: int, record: WatchEvent, outcome: Outcome, obj: Any) -> AuditEntry:
+def _watch(record: WatchEvent, outcome: Outcome, fields: dict[str, Any] | None) -> Described:
     summary: dict[str, Any] = {
         "op": record.op,
         "kind": record.kind,
@@ -117,11 +147,11 @@ def _watch(offset: int, time_ms: int, record: WatchEvent, outcome: Outcome, obj:
     if outcome.reason:
         summary["reason"] = outcome.reason
     subjects: list[str] = []
-    if record.kind == "Pod":
+    if fields is not None:
+        # the pod's own subject first: the index keys a pod's consecutive versions by it
         subjects.append(f"pod:{record.namespace}/{record.name}")
         if record.uid:
             subjects.append(f"uid:{record.uid}")
-        fields = pod_fields(obj)
         summary["fields"] = fields
         annotations = fields.get("annotations")  # any JSON type in a bad record
         group = annotations.get(GROUP_NAME) if isinstance(annotations, dict) else None
@@ -132,32 +162,37 @@ def _watch(offset: int, time_ms: int, record: WatchEvent, outcome: Outcome, obj:
     elif record.kind in _SUBJECT_OF_KIND:
         name = f"{record.namespace}/{record.name}" if record.kind == "PodGroup" else record.name
         subjects.append(f"{_SUBJECT_OF_KIND[record.kind]}:{name}")
-    return AuditEntry(offset, time_ms, record.op, tuple(subjects), summary)
+    return Described(record.op, tuple(subjects), summary)
 
 
 def pod_fields(obj: Any) -> dict[str, Any]:
-    """The fields of a pod object a history shows (absent ones as None)."""
-    if not isinstance(obj, dict):
+    """The fields of a pod object a history shows (absent ones as None).
+
+    Runs in the fold's thread for every pod event: ``type(x) is dict`` rather than
+    ``isinstance``, as parsed JSON holds plain dicts and lists only.
+    """
+    if type(obj) is not dict:
         return {}
     meta = obj.get("metadata")
     spec = obj.get("spec")
     status = obj.get("status")
-    if not isinstance(meta, dict):
-        meta = {}
-    if not isinstance(spec, dict):
-        spec = {}
-    if not isinstance(status, dict):
-        status = {}
+    if type(meta) is not dict:
+        meta = _EMPTY
+    if type(spec) is not dict:
+        spec = _EMPTY
     requests = {}
-    for group in ("initContainers", "containers"):
+    for group in _CONTAINER_GROUPS:
         containers = spec.get(group)
-        for c in containers if isinstance(containers, list) else ():
-            if isinstance(c, dict) and isinstance(c.get("resources"), dict):
-                req = c["resources"].get("requests")
-                if req:
-                    requests[str(c.get("name"))] = req
+        if type(containers) is list:
+            for c in containers:
+                if type(c) is dict:
+                    resources = c.get("resources")
+                    if type(resources) is dict:
+                        req = resources.get("requests")
+                        if req:
+                            requests[str(c.get("name"))] = req
     return {
-        "phase": status.get("phase"),
+        "phase": status.get("phase") if type(status) is dict else None,
         "nodeName": spec.get("nodeName"),
         "deletionTimestamp": meta.get("deletionTimestamp"),
         "annotations": meta.get("annotations") or {},
@@ -165,9 +200,11 @@ def pod_fields(obj: Any) -> dict[str, Any]:
     }
 
 
-def _scheduler(
-    offset: int, time_ms: int, record: SchedulerRecord, outcome: Outcome, ctx: PodContext | None
-) -> AuditEntry:
+_EMPTY: dict[str, Any] = {}  # read only
+_CONTAINER_GROUPS = ("initContainers", "containers")
+
+
+def _scheduler(record: SchedulerRecord, outcome: Outcome, ctx: PodContext | None) -> Described:
     kind = record.TYPE
     uid = record.pod
     summary: dict[str, Any] = {"pod": uid}
@@ -199,4 +236,4 @@ def _scheduler(
             summary["reason"] = outcome.reason
     elif isinstance(record, (EvictSucceeded, BindSucceeded, BindFailed, EvictFailed, Evict)):
         summary["outcome"] = outcome.result
-    return AuditEntry(offset, time_ms, kind, tuple(subjects), summary)
+    return Described(kind, tuple(subjects), summary)

@@ -1,8 +1,8 @@
 """Histories and stories from the audit index: what happened to a pod, a job or a node.
 
-The index (``projector.auditstore``) holds one summary per record and the subjects it concerns;
-this module picks a subject's entries, adds what changed between consecutive versions of a pod,
-and tells a job's scheduling story in sentences.
+The index (``projector.auditstore``) gives a subject's entries, each with its summary whole and
+in log order; this module adds what changed between consecutive versions of a pod, and tells a
+job's scheduling story in sentences.
 """
 
 from __future__ import annotations

@@ -80,9 +80,9 @@ def test_migrations_create_the_schema_on_an_empty_database_and_are_idempotent(
             assert MigrationContext.configure(conn).get_current_heads() == (head,)
             assert sorted(inspect(conn).get_table_names()) == [
                 "alembic_version",
+                "audit_blocks",
                 "audit_logs",
-                "audit_records",
-                "audit_subjects",
+                "audit_postings",
                 "checkpoints",
             ]
             unique = inspect(conn).get_unique_constraints("checkpoints")
