@@ -5,7 +5,8 @@
 Without --trace it generates a synthetic history with `strata gen`'s generator first. Replay from
 a file runs in a child process so that its peak RSS is its own. The broker part publishes the
 trace into a fresh cache log of the running local broker (`strata dev up`) and folds it back
-from offset 0. Prints one JSON object.
+from offset 0. Both folds run with the collector set up for folding (``gctune``). Prints one JSON
+object.
 
 The snapshot cost: ``state.snapshot()`` itself only freezes 64-shard copy-on-write maps
 (``snapshot_freeze_*``, O(1)); the fold pays later, when its next write to each shared shard
@@ -39,14 +40,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from strata.projector.gctune import tune_for_fold
 from strata.projector.replay import fold_line, replay_file
 from strata.projector.state import CacheState
 
 CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
+from strata.projector.gctune import tune_for_fold
 from strata.projector.replay import replay_file
 
+tune_for_fold()  # as `strata replay` sets the collector up for a fold
 path = Path(sys.argv[1])
 t0 = time.process_time()
 with open(path, "rb", buffering=1 << 20) as f:  # stream, as replay does: the file can be larger than memory
@@ -210,6 +214,7 @@ def _broker(trace: Path) -> dict[str, float]:
     from strata.projector.sqlstore import SqlCheckpointStore
     from strata.projector.state import FoldConfig
 
+    tune_for_fold()  # as the projector does
     settings = settings_from(topic_prefix=f"bench-{uuid.uuid4().hex[:8]}.")
     ensure_topics(settings)
     t0 = time.perf_counter()
@@ -275,6 +280,10 @@ def main() -> None:
         if not args.no_broker:
             result.update(_broker(trace))
             result["broker_digest_matches_file"] = result.pop("broker_digest") == result["digest"]
+            # the fold from the broker (wall clock) against the file's (CPU time), same records
+            result["broker_fold_vs_replay"] = round(
+                result["replay_records_per_s"] / result["broker_replay_records_per_s"], 2
+            )
     finally:
         if generated is not None:
             os.unlink(generated)

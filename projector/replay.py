@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from strata.ingest.trace import SCHEDULER_RECORDS, WATCH_OPS, BadLine, check_watch, offset_field, record_from_json
-from strata.projector import kinds
+from strata.projector.kinds import KINDS
 from strata.projector.state import APPLIED, CacheState, FoldConfig, Outcome
 from strata.schemas import objectjson
 
@@ -64,9 +64,21 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
                 check_watch(op, obj)  # raises BadLine: a watch event without an object
                 raise AssertionError("check_watch accepted a watch event without an object")
             kind = (obj.get("apiVersion"), obj.get("kind"))
-            if not kinds.known(kind):
+            try:
+                known = kind in KINDS
+            except TypeError:  # an object or an array as apiVersion or kind: unhashable
+                known = False
+            if not known:
                 check_watch(op, obj)
             return state.apply_watch(op, obj, kind)
+        if op == "BIND":  # the commonest scheduler record, its fields checked inline
+            pod, node, replica = value.get("pod"), value.get("node"), value.get("replica")
+            if type(pod) is str and type(node) is str and (replica is None or type(replica) is str):
+                return state.bind(pod, node)
+        elif op == "BIND_SUCCEEDED":
+            pod, node = value.get("pod"), value.get("node")
+            if type(pod) is str and type(node) is str:
+                return state.informational()
         if isinstance(op, str) and op in SCHEDULER_RECORDS:
             _, required, optional = SCHEDULER_RECORDS[op]
             for name in required:
@@ -103,7 +115,7 @@ def replay_lines(
     state = CacheState(config)
     report = ReplayReport()
     limit = until if until is not None else -1
-    number = 0
+    number = applied = 0
     for raw in lines:  # split_lines' rules, inlined: this loop runs per record
         number += 1
         if progress is not None:
@@ -118,7 +130,12 @@ def replay_lines(
                 continue
         if state.version == limit:
             break
-        report.count(number, fold_line(state, line), strict)
+        outcome = fold_line(state, line)
+        if outcome is APPLIED:
+            applied += 1  # report.count's case that needs no more than a count
+        else:
+            report.count(number, outcome, strict)
+    report.records += applied
     return state, report
 
 

@@ -44,18 +44,14 @@ def _reject_constant(name: str) -> Any:
 
 # CPython refuses int <-> str conversions of more digits than sys.get_int_max_str_digits(),
 # which PYTHONINTMAXSTRDIGITS sets per process (0: no limit; 640 at the least). Which records are
-# bad must not depend on a reader's environment: an integer literal of more than MAX_INT_DIGITS
-# digits is refused here, always, and a lower limit is raised to it so that every integer that
-# loads also converts back (snapshots and checkpoints render them).
+# bad must not depend on a reader's environment, so the limit is set to MAX_INT_DIGITS in every
+# process: an integer literal of more digits is refused by PyLong itself, and every integer that
+# loads also converts back (snapshots and checkpoints render them). A ``parse_int`` callback
+# could check the length instead, but the C scanner then calls into Python for every integer of
+# every record, a fifth of the fold's parsing time; with ``int`` it converts in C.
 MAX_INT_DIGITS = 4300
-if 0 < sys.get_int_max_str_digits() < MAX_INT_DIGITS:
-    sys.set_int_max_str_digits(MAX_INT_DIGITS)
-
-
-def _parse_int(text: str) -> int:
-    if len(text) > MAX_INT_DIGITS and len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"an integer of more than {MAX_INT_DIGITS} digits")
-    return int(text)
+sys.set_int_max_str_digits(MAX_INT_DIGITS)
+_TOO_MANY_DIGITS = "Exceeds the limit"  # how CPython's ValueError for that limit begins
 
 
 class _Decoder(json.JSONDecoder):
@@ -64,7 +60,7 @@ class _Decoder(json.JSONDecoder):
     scan_once: Callable[[str, int], tuple[Any, int]]
 
 
-_decoder = _Decoder(parse_float=NumberLiteral, parse_int=_parse_int, parse_constant=_reject_constant)
+_decoder = _Decoder(parse_float=NumberLiteral, parse_constant=_reject_constant)
 
 
 _scan = _decoder.scan_once  # the C scanner; JSONDecoder.decode adds two regex calls around it
@@ -94,11 +90,14 @@ def _check_depth(text: str) -> None:
 def loads(text: str | bytes) -> Any:
     """Parse RFC 8259 JSON; raises ``ValueError`` (a ``json.JSONDecodeError`` for syntax; deeper
     nesting than ``MAX_DEPTH`` is refused too)."""
-    if type(text) is not str:
-        text = cast(bytes, text).decode("utf-8")  # strict: a bad byte is an error, not a replacement character
-    # Nesting deeper than MAX_DEPTH needs more than 2 * MAX_DEPTH characters and brackets: two
-    # C-speed tests keep the exact check off every ordinary record.
-    if len(text) > 2 * MAX_DEPTH and text.count("{") + text.count("[") > MAX_DEPTH:
+    if type(text) is bytes:
+        text = text.decode("utf-8")  # strict: a bad byte is an error, not a replacement character
+    elif type(text) is not str:
+        text = cast(bytes, text).decode("utf-8")
+    # Nesting deeper than MAX_DEPTH needs more than MAX_DEPTH characters and brackets (opened:
+    # the scanner recurses before it finds a missing close): two C-speed tests keep the exact
+    # check off every ordinary record.
+    if len(text) > MAX_DEPTH and text.count("{") + text.count("[") > MAX_DEPTH:
         _check_depth(text)
     start = 0
     if text[:1] in _WS and text:
@@ -107,9 +106,16 @@ def loads(text: str | bytes) -> Any:
         value, end = _scan(text, start)
     except StopIteration as exc:
         raise json.JSONDecodeError("Expecting value", text, exc.value) from None
-    if end != len(text) and text[end:].strip(_WS):
+    except ValueError as exc:
+        if type(exc) is ValueError and str(exc).startswith(_TOO_MANY_DIGITS):
+            # one short reason, the same for every record, as bad-record reports show it
+            raise ValueError(f"an integer of more than {MAX_INT_DIGITS} digits") from None
+        raise
+    if end != len(text) and text[end:] != "\n" and text[end:].strip(_WS):  # a trace line ends in LF
         raise json.JSONDecodeError("Extra data", text, end)
-    if "\\ud" in text or "\\uD" in text:  # only an escape makes a lone surrogate from UTF-8 input
+    # Only an escape makes a lone surrogate from UTF-8 input; a one-character search (memchr)
+    # keeps the two slower ones off the records that have no backslash at all.
+    if "\\" in text and ("\\ud" in text or "\\uD" in text):
         _check_surrogates(value)
     return value
 

@@ -180,3 +180,69 @@ def test_schema_file_names_must_match_their_schema(tmp_path):
     path.write_text(json.dumps({"type": "record", "name": "strata.log.Evict", "fields": []}))
     with pytest.raises(ValueError, match="holds schema"):
         load_version(path, 1)
+
+
+def _fastavro_only(monkeypatch, fn, data):
+    """``fn(data)`` with the generated readers switched off: fastavro's answer, or its error."""
+    from strata.schemas import codec
+
+    with monkeypatch.context() as m:
+        m.setattr(codec, "_fast_reader", lambda data, catalog: None)
+        return _outcome(fn, data)
+
+
+def _outcome(fn, data):
+    try:
+        return "ok", fn(data)
+    except CodecError as exc:
+        return type(exc).__name__, str(exc)
+
+
+@pytest.mark.parametrize("record", ONE_OF_EACH, ids=lambda r: type(r).__name__)
+def test_every_current_schema_has_a_generated_reader(record):
+    from strata.schemas import codec
+
+    reader = codec._fast_reader(encode(record), default_catalog())
+    assert reader is not None and reader.record is not None
+    assert reader.record(encode(record)) == record
+
+
+def _irregular(record):
+    """The record's message, truncated, corrupted and extended in every place."""
+    data = encode(record)
+    yield from (data[:cut] for cut in range(len(data)))
+    for i in range(10, len(data)):
+        for flip in (0x01, 0x02, 0x7F, 0x80, 0xFF):
+            corrupt = bytearray(data)
+            corrupt[i] ^= flip
+            yield bytes(corrupt)
+        yield data[:i] + b"\x80" + data[i:]
+        yield data[:i] + data[i + 1 :]
+    yield data + b"\x00"
+
+
+@pytest.mark.parametrize("record", ONE_OF_EACH, ids=lambda r: type(r).__name__)
+def test_the_generated_readers_read_what_fastavro_reads(monkeypatch, record):
+    """Same record, or the same error, for every message: the generated readers give up on what
+    they do not read and leave it to fastavro."""
+    for data in _irregular(record):
+        for fn in (decode, decode_datum):
+            assert _outcome(fn, data) == _fastavro_only(monkeypatch, fn, data), data.hex()
+
+
+def test_irregular_encodings_are_fastavros_to_read(monkeypatch):
+    """A negative length, a union or enum index out of range, a ten-byte varint: legal or not,
+    fastavro alone decides."""
+    head = encode(EvictSucceeded(pod="u"))[:10]
+    bodies = [
+        b"\x02u\x02" + b"\xff" * 9 + b"\x01",  # evict_offset: a ten-byte varint
+        b"\x02u\x01",  # union index -1
+        b"\x02u\x04",  # union index 2
+        b"\x03u\x00",  # a negative length
+        b"\x80\x00\x00",  # a non-minimal varint for an empty pod
+    ]
+    watch = encode(ONE_OF_EACH[1])
+    messages = [head + body for body in bodies] + [watch[:10] + b"\x06" + watch[11:], watch[:10] + b"\x01" + watch[11:]]
+    for data in messages:
+        for fn in (decode, decode_datum):
+            assert _outcome(fn, data) == _fastavro_only(monkeypatch, fn, data), data.hex()

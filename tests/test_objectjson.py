@@ -31,3 +31,20 @@ def test_dumps_rejects_what_json_cannot_hold():
         dumps({"a": object()})
     with pytest.raises(ValueError):
         dumps(float("nan"))
+
+
+@pytest.mark.parametrize("sign", ["", "-"])
+def test_integers_of_more_than_4300_digits_are_refused_with_one_reason(sign):
+    assert loads(f"[{sign}{'9' * 4300}]") == [int(sign + "9" * 4300)]
+    for text in (f"[{sign}{'9' * 4301}]", f'{{"a":{sign}{"1" * 100_000}}}'):
+        with pytest.raises(ValueError) as info:
+            loads(text)
+        assert str(info.value) == "an integer of more than 4300 digits"
+
+
+@pytest.mark.parametrize("n", [513, 700, 1000, 1024, 5000])
+def test_unclosed_nesting_deeper_than_the_limit_is_refused_not_a_crash(n):
+    """The scanner recurses before it finds a missing close: "[" * 1000 raised RecursionError."""
+    for opener in ("[", '{"a":'):
+        with pytest.raises(ValueError, match="nests deeper"):
+            loads(opener * n)

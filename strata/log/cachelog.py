@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeGuard
+from typing import TypeGuard, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -23,7 +23,7 @@ from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES, PUBLISHED
 from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames
 from strata.schemas import BadRecord, CodecError, LogRecord, decode, encode
-from strata.schemas.records import Record
+from strata.schemas.records import RECORD_CLASSES, Record
 
 Headers = list[tuple[str, str | bytes | None]]  # as the producer takes them; Strata's are bytes
 _NOT_YET = frozenset(  # answers about a topic that a broker does not fully know yet
@@ -213,15 +213,22 @@ class CacheLogReader:
 
     def read(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[LogEntry]:
         """Entries with offsets in [start, end); ``end`` defaults to the log's end now."""
+        entry = self.entry
         try:
-            for msg in self.messages(start, end, timeout_s):
-                yield self.entry(msg)
+            for batch in self._batches(start, end, timeout_s):  # one generator, not one per message
+                for msg in batch:
+                    yield entry(msg)
         finally:
             if self._quarantine is not None:
                 self._quarantine.flush()
 
     def messages(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[Message]:
         """The messages with offsets in [start, end) as the broker has them, not decoded."""
+        for batch in self._batches(start, end, timeout_s):
+            yield from batch
+
+    def _batches(self, start: int, end: int | None, timeout_s: float) -> Iterator[list[Message]]:
+        """``messages``, a consumed batch at a time."""
         consumer = self._consumer()
         try:
             if end is None:
@@ -235,15 +242,18 @@ class CacheLogReader:
                 batch = consumer.consume(num_messages=min(1000, end - next_offset), timeout=timeout_s)
                 if not batch:
                     raise StrataError(f"no message from {self.topic} for {timeout_s:g} s at offset {next_offset}")
-                for msg in self._valid(batch):
-                    offset = offset_of(msg)
-                    if offset >= end:
-                        break
-                    next_offset = offset + 1
-                    yield msg
+                valid, failure = self._valid(batch)
+                if valid and offset_of(valid[-1]) >= end:
+                    valid = [msg for msg in valid if offset_of(msg) < end]
+                    failure = None  # the read ends before the error, as it did one message at a time
+                if valid:
+                    next_offset = offset_of(valid[-1]) + 1
+                    yield valid
+                if failure is not None:
+                    raise failure
                 # The end of the partition before ``end``: what is left are offsets no message
                 # holds (a transaction's marker), which Strata's gap check then reports.
-                if any(_is_eof(m) for m in batch):
+                if len(valid) < len(batch) and any(_is_eof(m) for m in batch):
                     break
         finally:
             consumer.close()
@@ -257,7 +267,10 @@ class CacheLogReader:
                 # consume() waits out its whole timeout unless the batch fills: take what is
                 # there at once, and block (up to a tick) only for the first of the next ones.
                 batch = consumer.consume(num_messages=1000, timeout=0) or consumer.consume(1, timeout=tick_s)
-                entries = list(self._entries(batch))
+                valid, failure = self._valid(batch)
+                entries = [self.entry(msg) for msg in valid]
+                if failure is not None:
+                    raise failure
                 if not entries:
                     yield None
                 yield from entries
@@ -266,16 +279,26 @@ class CacheLogReader:
             if self._quarantine is not None:
                 self._quarantine.flush()
 
-    def _entries(self, batch: list[Message]) -> Iterator[LogEntry]:
-        for msg in self._valid(batch):
-            yield self.entry(msg)
-
     def entry(self, msg: Message) -> LogEntry:
         """A message of the cache log as an entry (a bad one counted and quarantined)."""
-        offset = offset_of(msg)
-        return LogEntry(offset, msg.timestamp()[1], self._decode(msg.value() or b"", offset))
+        offset = msg.offset()
+        if offset is None:
+            offset = offset_of(msg)  # raises, saying so
+        value = msg.value() or b""
+        self.stats.records += 1
+        record, reason, message = classify(value)
+        if record is None:
+            record = self._bad(value, offset, reason, message)
+        return LogEntry(offset, msg.timestamp()[1], record)
 
-    def _valid(self, batch: list[Message]) -> Iterator[Message]:
+    def _valid(self, batch: list[Message]) -> tuple[list[Message], StrataError | None]:
+        """The batch's messages without its events, up to an error that is one (and that error)."""
+        for msg in batch:
+            if msg.error() is not None:
+                break
+        else:
+            return batch, None  # the common case: messages only, no list to build
+        valid: list[Message] = []
         for msg in batch:
             err = msg.error()
             if err is not None:
@@ -284,13 +307,9 @@ class CacheLogReader:
                 # through its timeout.
                 if err.code() in _TRANSIENT or err.retriable():
                     continue
-                raise StrataError(f"reading {self.topic}: {err.str()}")
-            yield msg
-
-    def _decode(self, value: bytes, offset: int) -> LogRecord:
-        self.stats.records += 1
-        record, reason, message = classify(value)
-        return record if record is not None else self._bad(value, offset, reason, message)
+                return valid, StrataError(f"reading {self.topic}: {err.str()}")
+            valid.append(msg)
+        return valid, None
 
     def _bad(self, value: bytes, offset: int, reason: str, message: str) -> BadRecord:
         self.stats.bad[reason] += 1
@@ -332,8 +351,8 @@ def classify(value: bytes) -> tuple[LogRecord | None, str, str]:
         record = decode(value)
     except CodecError as exc:
         return None, exc.reason, str(exc)
-    if isinstance(record, BadRecord) or is_log_record(record):
-        return record, "", ""
+    if type(record) in _LOG_CLASSES or isinstance(record, BadRecord) or is_log_record(record):
+        return cast(LogRecord, record), "", ""
     return None, "not-a-log-record", f"{record.SCHEMA} does not belong in the cache log"
 
 
@@ -349,6 +368,10 @@ def _is_eof(msg: Message) -> bool:
 def is_log_record(record: Record) -> TypeGuard[LogRecord]:
     """Whether a decoded record belongs in the cache log (commands and digests do not)."""
     return record.SCHEMA.startswith("strata.log.")
+
+
+# is_log_record's answer for each record class: a set lookup per message instead of a call
+_LOG_CLASSES = frozenset(cls for cls in RECORD_CLASSES.values() if cls.SCHEMA.startswith("strata.log."))
 
 
 def offset_of(msg: Message) -> int:
