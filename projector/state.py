@@ -40,6 +40,13 @@ from strata.schemas import (
 
 BINDING = TaskStatus.BINDING
 RELEASING = TaskStatus.RELEASING
+PENDING = TaskStatus.PENDING
+_ALWAYS_FIT = ("cpu", "memory")  # checked even when a task requests none (section 6)
+
+
+def _fit_order(resreq: dict[str, int]) -> list[str]:
+    """cpu, memory, then the task's other resources by name."""
+    return [*_ALWAYS_FIT, *sorted(k for k in resreq if k not in _ALWAYS_FIT)]
 
 
 class Outcome(NamedTuple):
@@ -305,17 +312,19 @@ class CacheState:
         task = self.tasks.get(uid)
         if task is None or task.job is None:
             return Outcome("rejected", "no task of a job has this uid")
-        if task.status != TaskStatus.PENDING:
+        if task.status != PENDING:
             return Outcome("rejected", f"task is {task.status}, not Pending")
         stored = self.nodes.get(node)
         if stored is None:
             return Outcome("rejected", f"node {node} is not stored")
         allocatable = node_allocatable(stored, self.csinodes.get(node))
         used = self.node_used.get(node) or {}
-        for k in {"cpu", "memory", *task.resreq}:
+        # In a fixed order, so that the reason names the same resource in every replica (a set's
+        # order follows the process's string hashing).
+        for k in _fit_order(task.resreq):
             if task.resreq.get(k, 0) > allocatable.get(k, 0) - used.get(k, 0):
                 return Outcome("rejected", f"{k} does not fit on node {node}")
-        self._set_task(uid, task, task._replace(status=BINDING, node=node))
+        self._set_task(uid, task, kinds.overlaid(task, BINDING, node))
         self.overlays[uid] = (BINDING, self.version - 1)
         return APPLIED
 
@@ -327,7 +336,7 @@ class CacheState:
             return Outcome("rejected", "the task's PodGroup is not stored")
         if not task.node:
             return Outcome("rejected", "the task is on no node")
-        self._set_task(uid, task, task._replace(status=RELEASING))
+        self._set_task(uid, task, kinds.overlaid(task, RELEASING, task.node))
         self.overlays[uid] = (RELEASING, self.version - 1)
         return APPLIED
 

@@ -32,12 +32,14 @@ from strata.cliopts import (
 )
 from strata.log.config import KAFKA_LOGGER, Settings, settings_from
 from strata.log.errors import StrataError
+from strata.projector.gctune import tune_for_fold
 
 
 @click.group(cls=StrataGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", "-V", prog_name="strata")
 def main() -> None:
     """Strata: Volcano's scheduler cache as a deterministic fold of one Kafka log."""
+    tune_for_fold()  # most commands fold the log or a trace; the others allocate little
     logging.basicConfig(level=logging.WARNING, format="strata: %(name)s: %(message)s")
     level = os.environ.get("STRATA_LOG_LEVEL", "").upper()
     if level:  # INFO shows the projector's phases (restore, checkpoints, caught up)
