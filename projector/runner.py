@@ -9,6 +9,7 @@ checkpoint; what a checkpoint holds depends on the records alone.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -29,6 +30,11 @@ from strata.projector.writer import Job, Writer, write_checkpoint
 LOG = logging.getLogger("strata.projector")
 AUDIT_BATCH = 20_000  # entries handed to the writer at once when no checkpoint comes first
 AUDIT_BACKLOG = 8 * AUDIT_BATCH  # entries kept while the writer is busy before the fold waits for it
+# A checkpoint costs the writer seconds of CPU (render, encode, store) on a machine whose other
+# cores also serve the fold's broker: the next one is not due before the writer has been idle
+# CHECKPOINT_REST times as long as the last one took, so checkpoints take at most a quarter of it
+# (a catch-up at 40k records/s would otherwise checkpoint back to back).
+CHECKPOINT_REST = 3.0
 
 
 @dataclass
@@ -39,6 +45,7 @@ class Progress:
     bad: int = 0
     longest_pause_s: float = 0.0  # the longest the fold stood still for bookkeeping between records
     longest_digest_s: float = 0.0  # the longest a state digest report took (part of a pause)
+    writer_waits_s: float = 0.0  # how long the fold waited in all for an audit writer that fell behind
 
     @property
     def lag(self) -> int:
@@ -108,6 +115,7 @@ class LogRunner:
         LOG.info("restoring the newest checkpoint")
         state = self.restore(at_or_below=audit_index.indexed_to(self.identity) if audit_index else None)
         LOG.info("restored version %d", state.version)
+        gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
         progress = Progress(state.version, self.reader.end_offset())
         run = _Following(self, state, audit_index, digests, progress, every_records, every_seconds)
         last_report = time.monotonic()
@@ -156,6 +164,7 @@ class _Following:
         self.restored = state.version
         self.requested = state.version  # the version of the newest checkpoint handed to the writer
         self.requested_at = time.monotonic()
+        self.rested_at = 0.0  # when the next checkpoint may start (CHECKPOINT_REST)
         self.pending: list[audit.AuditEntry] = []
 
     def apply(self, entry: LogEntry) -> None:
@@ -175,16 +184,21 @@ class _Following:
         """The bookkeeping between records, each step timed as a pause of the fold: collect a
         finished write, hand over a due checkpoint or a full audit batch, keep the digest settled."""
         started = time.perf_counter()
+        waited = 0.0
         state = self.state
         done = self.writer.collect()
         if done is not None:
-            self._collected(*done)
-        due = state.version != self.requested and (
-            state.version - self.requested >= self.every_records or now - self.requested_at >= self.every_seconds
+            self._collected(*done, now)
+        due = (
+            state.version != self.requested
+            and now >= self.rested_at
+            and (state.version - self.requested >= self.every_records or now - self.requested_at >= self.every_seconds)
         )
         if due or len(self.pending) >= AUDIT_BATCH or (idle and self.pending):
-            if len(self.pending) >= AUDIT_BACKLOG:
-                self._collected(*self.writer.wait())  # the writer fell behind: let it catch up
+            if len(self.pending) >= AUDIT_BACKLOG:  # the writer fell behind: the fold waits (bounded memory)
+                self._collected(*self.writer.wait(), time.monotonic())
+                waited = time.perf_counter() - started
+                self.progress.writer_waits_s += waited
             if not self.writer.busy:
                 self._hand_over(checkpoint=due, now=now)
         state.hashes.tend(state)
@@ -192,7 +206,7 @@ class _Following:
             digest_started = time.perf_counter()
             self.digests.offer(state.version, state.state_digest())
             self.progress.longest_digest_s = max(self.progress.longest_digest_s, time.perf_counter() - digest_started)
-        self.progress.pause(time.perf_counter() - started)
+        self.progress.pause(time.perf_counter() - started - waited)
 
     def _hand_over(self, checkpoint: bool, now: float) -> None:
         self.writer.start(self.state, self.pending, checkpoint)
@@ -203,7 +217,9 @@ class _Following:
             # share would pin every object the fold has replaced since.
             self.state.rendered = None
 
-    def _collected(self, job: Job, ok: bool) -> None:
+    def _collected(self, job: Job, ok: bool, now: float) -> None:
+        if job.checkpoint:
+            self.rested_at = now + CHECKPOINT_REST * (now - job.started_at)
         if ok:
             if job.checkpoint:
                 self.progress.checkpoints += 1
@@ -213,8 +229,8 @@ class _Following:
     def finish(self) -> None:
         """Wait for the writer, then write what is left and a checkpoint at the final version."""
         if self.writer.busy:
-            self._collected(*self.writer.wait())
+            self._collected(*self.writer.wait(), time.monotonic())
         checkpoint = self.state.version not in (self.writer.saved, self.restored)
         if checkpoint or self.pending:
             entries, self.pending = self.pending, []
-            self._collected(*self.writer.write_here(self.state, entries, checkpoint))
+            self._collected(*self.writer.write_here(self.state, entries, checkpoint), time.monotonic())

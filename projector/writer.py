@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -37,6 +38,7 @@ class Job:
     version: int
     checkpoint: bool
     entries: list[audit.AuditEntry] = field(default_factory=list)
+    started_at: float = field(default_factory=time.monotonic)
 
 
 def write_checkpoint(store: CheckpointStore, log: LogIdentity, state: CacheState) -> CheckpointInfo:

@@ -9,6 +9,7 @@ local fold, so a replica never trusts its own intention over the log's order.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import threading
 import time
@@ -78,6 +79,7 @@ class LogCache:
         try:
             state = self.runner.restore()
             state.rendered = None  # a replica never renders the canonical JSON: keep no old shards for it
+            gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
             with self._changed:
                 self._state, self._snapshot = state, state.snapshot()
                 self._changed.notify_all()
