@@ -70,8 +70,12 @@ class LogRunner:
         return self._identity
 
     def _end_or(self, last: int) -> int:
-        """The log's end for a progress report; while the brokers are away, the last one seen (the
-        follower's consumer reconnects by itself, and a report is no reason to stop)."""
+        """The log's end for a progress report: as the follower's consumer last heard it (asking
+        the broker anew would stop the fold for a round trip), else asked; while the brokers are
+        away, the last one seen (the consumer reconnects by itself; a report is no reason to stop)."""
+        followed = self.reader.followed_end()
+        if followed is not None:
+            return followed
         try:
             return self.reader.end_offset()
         except KafkaException as exc:

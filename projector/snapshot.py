@@ -43,6 +43,7 @@ class _Rendered(TypedDict, total=False):
     json: dict[str, Any]
     fragments: Fragments
     bytes: bytes
+    digest: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,16 +86,41 @@ class Snapshot:
     def canonical_bytes(self) -> bytes:
         """``canonical_bytes(self.to_json())``, assembled from fragments (section 8's bytes)."""
         if "bytes" not in self._rendered:
-            fragments = self.fragments()
-            parts = {key: _dumps(value) for key, value in self._small_parts().items()}
-            parts.update(fragments.hypernodes)
-            parts["nodes"] = _object(fragments.nodes)
-            parts["jobs"] = _object(fragments.jobs)
-            self._rendered["bytes"] = _object(parts).encode("utf-8")
+            self._rendered["bytes"] = "".join(self._pieces()).encode("utf-8")
         return self._rendered["bytes"]
 
     def digest(self) -> str:
-        return hashlib.sha256(self.canonical_bytes()).hexdigest()
+        """The SHA-256 of the canonical bytes, hashed piece by piece: at 150k tasks the bytes are
+        60 MB, which a digest alone need not hold."""
+        if "digest" not in self._rendered:
+            if "bytes" in self._rendered:
+                self._rendered["digest"] = hashlib.sha256(self._rendered["bytes"]).hexdigest()
+            else:
+                sha = hashlib.sha256()
+                for piece in self._pieces():
+                    sha.update(piece.encode("utf-8"))
+                self._rendered["digest"] = sha.hexdigest()
+        return self._rendered["digest"]
+
+    def _pieces(self) -> Iterator[str]:
+        """The canonical JSON in pieces that join to it (the top level's keys sorted)."""
+        fragments = self.fragments()
+        parts = {key: _dumps(value) for key, value in self._small_parts().items()}
+        parts.update(fragments.hypernodes)
+        members = {"nodes": fragments.nodes, "jobs": fragments.jobs}
+        yield "{"
+        for i, key in enumerate(sorted([*parts, *members])):
+            yield f"{',' if i else ''}{encode_basestring(key)}:"
+            if key not in members:
+                yield parts[key]
+                continue
+            frags = members[key]  # _object's text, in pieces
+            yield "{"
+            for j, name in enumerate(sorted(frags)):
+                yield f"{',' if j else ''}{encode_basestring(name)}:"
+                yield frags[name]
+            yield "}"
+        yield "}"
 
     def fragments(self) -> Fragments:
         """Each node's and shown job's canonical JSON; with a ``base``, only what changed is rendered."""

@@ -168,6 +168,7 @@ class CacheLogReader:
         self.topic = topic or names.cache_log  # another single-partition topic (the digests) reads the same way
         self.quarantine_topic = names.quarantine
         self._quarantine = quarantine
+        self._following: Consumer | None = None
         self.stats = ReadStats()
 
     def end_offset(self, timeout_s: float = 10.0) -> int:
@@ -261,6 +262,7 @@ class CacheLogReader:
     def follow(self, start: int, stop: threading.Event, tick_s: float = 0.5) -> Iterator[LogEntry | None]:
         """Entries from ``start`` on, as they arrive, until ``stop`` is set; None when idle for a tick."""
         consumer = self._consumer()
+        self._following = consumer
         try:
             consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
             while not stop.is_set():
@@ -275,9 +277,19 @@ class CacheLogReader:
                     yield None
                 yield from entries
         finally:
+            self._following = None
             consumer.close()
             if self._quarantine is not None:
                 self._quarantine.flush()
+
+    def followed_end(self) -> int | None:
+        """The log's end as the following consumer last heard it from the broker (with its
+        fetches, no request of its own), or None when nothing follows or it has not heard yet."""
+        consumer = self._following
+        if consumer is None:
+            return None
+        end = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), cached=True)[1]
+        return end if end >= 0 else None
 
     def entry(self, msg: Message) -> LogEntry:
         """A message of the cache log as an entry (a bad one counted and quarantined)."""
