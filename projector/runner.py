@@ -144,6 +144,13 @@ class LogRunner:
         return state
 
 
+def _ready(state: CacheState) -> bool:
+    if state.hashes.ready(state):
+        return True
+    LOG.info("no digest at version %d: the restored state is still being hashed", state.version)
+    return False
+
+
 class _Following:
     """One follow of the log: the state, its audit entries not yet written, the writer child."""
 
@@ -206,7 +213,7 @@ class _Following:
             if not self.writer.busy:
                 self._hand_over(checkpoint=due, now=now)
         state.hashes.tend(state)
-        if self.digests is not None and self.digests.due(state.version):
+        if self.digests is not None and self.digests.due(state.version) and _ready(state):
             digest_started = time.perf_counter()
             self.digests.offer(state.version, state.state_digest())
             self.progress.longest_digest_s = max(self.progress.longest_digest_s, time.perf_counter() - digest_started)

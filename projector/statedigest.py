@@ -100,6 +100,12 @@ class StateDigest:
                 break
         return done
 
+    def ready(self, state: CacheState) -> bool:
+        """Whether a report now would rehash no more than a slice. Not so right after a restore,
+        when every restored object waits for its first hashing (which ``tend`` spreads over the
+        next records): a follower skips a report then rather than pause the fold for it."""
+        return self.pending(state) <= SETTLE_BUDGET
+
     def tend(self, state: CacheState) -> None:
         """Call after each record a follower applies: settles a slice now and then."""
         if state.version % SETTLE_EVERY == 0:

@@ -92,7 +92,7 @@ class LogCache:
                         self._outcomes[entry.offset] = outcome
                     self._snapshot = None
                     state.hashes.tend(state)
-                    if self.digests.due(state.version):
+                    if self.digests.due(state.version) and state.hashes.ready(state):
                         self.digests.offer(state.version, state.state_digest())
                     self._changed.notify_all()
         except BaseException as exc:  # a waiter must hear of it instead of waiting forever

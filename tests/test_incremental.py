@@ -17,7 +17,7 @@ from strata.projector import statecodec
 from strata.projector.replay import fold_line, replay_bytes
 from strata.projector.snapshot import canonical_bytes
 from strata.projector.state import CacheState
-from strata.projector.statedigest import SETTLE_EVERY
+from strata.projector.statedigest import SETTLE_BUDGET, SETTLE_EVERY
 
 CONFORMANCE = Path(__file__).with_name("conformance")
 TRACES = sorted(CONFORMANCE.glob("*.jsonl"))
@@ -134,3 +134,13 @@ def test_a_blob_of_another_format_is_a_clear_error():
     blob = zstandard.ZstdCompressor().compress(json.dumps({"format": 99}).encode())
     with pytest.raises(statecodec.StateFormatError, match="state format 99"):
         statecodec.decode(blob)
+
+
+def test_a_restored_state_is_ready_to_report_once_its_backlog_is_hashed():
+    lines = _lines(CONFORMANCE / "c06.jsonl")
+    restored = _restored_at(lines, len(lines))
+    backlog = restored.hashes.pending(restored)
+    assert backlog > 0
+    assert restored.hashes.ready(restored) == (backlog <= SETTLE_BUDGET)
+    restored.hashes.settle(restored, budget=backlog - 1)
+    assert restored.hashes.ready(restored)
