@@ -29,7 +29,6 @@ import argparse
 import copy
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from strata.gen import cycle_lines
 from strata.projector.gctune import tune_for_fold
 from strata.projector.replay import fold_line, replay_file
 from strata.projector.state import CacheState
@@ -85,43 +85,10 @@ def _cycle_lines(trace: Path, state: CacheState) -> list[bytes]:
     as the trace writes it (DELETED, ADDED as Pending, BIND to its node, BIND_SUCCEEDED,
     MODIFIED as Running there). A pass leaves every task as it found it, and every record but
     BIND_SUCCEEDED writes the task's shard; DELETED and BIND also write the node's usage shard."""
-    eligible = sorted(uid for uid, t in state.tasks.items() if t.status == "Running" and t.node and t.job)
-    if len(eligible) < CYCLE_PODS:
-        raise SystemExit(f"the trace leaves {len(eligible)} Running tasks; the snapshot cost needs {CYCLE_PODS}")
-    step = len(eligible) / CYCLE_PODS
-    chosen = {eligible[int(i * step)] for i in range(CYCLE_PODS)}
-    last: dict[str, bytes] = {}  # the raw line of each chosen pod's last watch event
-    uid_of = re.compile(rb'"kind":"Pod","metadata":\{[^{}]*?"uid":"([^"]+)"')
-    with open(trace, "rb", buffering=1 << 20) as f:
-        for line in f:
-            if b'"kind":"Pod"' in line:
-                found = uid_of.search(line)
-                if found is not None and found.group(1).decode() in chosen:
-                    last[found.group(1).decode()] = line
-    if len(last) != len(chosen):
-        raise SystemExit(f"no watch event found for {len(chosen) - len(last)} of the chosen tasks' pods")
-    lines: list[bytes] = []
-    for uid in sorted(chosen):
-        event = json.loads(last[uid])
-        running = event["object"]
-        task = state.tasks[uid]
-        if event["type"] == "DELETED" or running["status"].get("phase") != "Running":
-            raise SystemExit(f"the last event of task {uid} does not show it Running")
-        pending = copy.deepcopy(running)
-        del pending["spec"]["nodeName"]
-        pending["status"] = {"phase": "Pending", "qosClass": running["status"].get("qosClass", "Burstable")}
-        lines += [
-            _dump({"type": "DELETED", "object": running}),
-            _dump({"type": "ADDED", "object": pending}),
-            _dump({"type": "BIND", "pod": uid, "node": task.node}),
-            _dump({"type": "BIND_SUCCEEDED", "pod": uid, "node": task.node}),
-            _dump({"type": "MODIFIED", "object": running}),
-        ]
-    return lines
-
-
-def _dump(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    try:
+        return cycle_lines(trace, state.tasks, CYCLE_PODS)
+    except ValueError as exc:
+        raise SystemExit(f"the snapshot cost needs {CYCLE_PODS} cycling pods: {exc}") from exc
 
 
 def _apply(state: CacheState, lines: list[bytes]) -> None:

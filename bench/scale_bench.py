@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from strata.faults.common import STRATA, env_for
+from strata.faults.common import STRATA, env_for, percentile, rss_mb
 from strata.gen import cycle_lines, generate
 from strata.ingest.trace import record_from_json
 from strata.log.cachelog import CacheLogWriter
@@ -194,7 +194,7 @@ def load(settings: Settings, env: dict[str, str], cycles: list[bytes], rate: int
     rss_start = 0.0
     while (now := time.monotonic()) - started < seconds:
         if not rss_start and now - started >= WARM_S:
-            rss_start = _rss_mb(proc.pid)
+            rss_start = rss_mb(proc.pid)
         due = int((now - started) * rate)
         while published < due:
             writer.append(records[published % len(records)])
@@ -202,7 +202,7 @@ def load(settings: Settings, env: dict[str, str], cycles: list[bytes], rate: int
         time.sleep(0.005)
     writer.flush()
     time.sleep(10)  # its last reports
-    rss_end = _rss_mb(proc.pid)
+    rss_end = rss_mb(proc.pid)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=600)
     reader.join(10)
@@ -212,25 +212,14 @@ def load(settings: Settings, env: dict[str, str], cycles: list[bytes], rate: int
         "load_rate": rate,
         "load_published": published,
         "load_reports": len(during),
-        "load_lag_p50_records": _pct(during, 50),
-        "load_lag_p99_records": _pct(during, 99),
-        "load_lag_p99_ms": _pct(during, 99) / rate * 1000,
+        "load_lag_p50_records": percentile(during, 50),
+        "load_lag_p99_records": percentile(during, 99),
+        "load_lag_p99_ms": percentile(during, 99) / rate * 1000,
         "load_rss_start_mb": rss_start,
         "load_rss_end_mb": rss_end,
         "load_rss_growth": rss_end / rss_start if rss_start else 0.0,
         "load_stopped": stopped[-1] if stopped else "",
     }
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _pct(values: list[int], p: int) -> int:
-    return values[min(len(values) - 1, len(values) * p // 100)] if values else 0
 
 
 # ----------------------------------------------------------------------------------- pass lines

@@ -193,3 +193,18 @@ def fold_digests(trace: Path, versions: set[int]) -> dict[int, str]:
         if state.version in versions:
             out[state.version] = state.snapshot().digest()
     return out
+
+
+def rss_mb(pid: int) -> float:
+    """A running process's resident memory now (Linux), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def percentile(values: list[int], p: int) -> int:
+    """The p-th percentile of sorted ``values`` (0 for none)."""
+    if not values:
+        return 0
+    return values[min(len(values) - 1, int(len(values) * p / 100))]

@@ -20,10 +20,9 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from strata.faults import FaultContext, FaultResult, Verdict
-from strata.faults.common import STRATA, env_for, fresh_log, until
+from strata.faults.common import STRATA, env_for, fresh_log, percentile, rss_mb, until
 from strata.gen import generate
 from strata.ingest.trace import read_trace
 from strata.log.cachelog import CacheLogReader, CacheLogWriter
@@ -62,11 +61,11 @@ def run(ctx: FaultContext) -> FaultResult:
         started = time.monotonic()
         publisher.start()
         time.sleep(min(seconds / 5, 60))
-        early = [_rss_mb(p.pid) for p in followers]
+        early = [rss_mb(p.pid) for p in followers]
         time.sleep(max(0.0, seconds - (time.monotonic() - started)))
         stop.set()
         publisher.join()
-        late = [_rss_mb(p.pid) for p in followers]
+        late = [rss_mb(p.pid) for p in followers]
         log_end = CacheLogReader(settings).end_offset()
         # stop them once each has reported the log's end (a busy machine can leave one behind for a while)
         until(lambda: all(v and v[-1] == log_end for v in versions), 120, every_s=0.5)
@@ -95,10 +94,10 @@ def run(ctx: FaultContext) -> FaultResult:
             ("a follower's memory grown", replace(seen, late=[seen.early[0] * 2, *seen.late[1:]])),
         ):
             result.control(name, check(broken))
+        p50, p99 = percentile(all_lags, 50), percentile(all_lags, 99)
         result.notes.append(
             f"{end} records at {end / took:,.0f}/s for {took:.0f} s; lag in records (in ms at this rate) "
-            f"p50 {_pct(all_lags, 50)} ({_pct(all_lags, 50) * 1000 // rate}), p99 {_pct(all_lags, 99)} "
-            f"({_pct(all_lags, 99) * 1000 // rate}), max {max(all_lags, default=0)}; "
+            f"p50 {p50} ({p50 * 1000 // rate}), p99 {p99} ({p99 * 1000 // rate}), max {max(all_lags, default=0)}; "
             f"RSS MB early {[round(x) for x in early]} end {[round(x) for x in late]}"
         )
     return result
@@ -157,16 +156,3 @@ def _read_reports(proc: subprocess.Popen[str], lags: list[int], versions: list[i
             lags.append(int(m.group(2)))
         elif m := _STOPPED.match(line):
             final.append(int(m.group(1)))
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _pct(values: list[int], p: int) -> int:
-    if not values:
-        return 0
-    return values[min(len(values) - 1, int(len(values) * p / 100))]
