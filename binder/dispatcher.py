@@ -22,11 +22,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from strata.binder import metrics, txn
 from strata.log.cachelog import is_log_record, offset_of
 from strata.log.config import Settings
+from strata.log.metrics import FOLLOWING
 from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames
 from strata.projector.state import CacheState, FoldConfig
 from strata.schemas import BadRecord, Bind, BindCommand, CodecError, Evict, EvictCommand, LogRecord, decode, encode
@@ -67,6 +68,7 @@ class Dispatcher:
         self._open = False  # a transaction is open
         self._pending = 0  # records read in the open transaction
         self._opened_at = 0.0
+        self.end_at_assign: int | None = None  # the log's end when this dispatcher took the log over
 
     def _state_at_from_checkpoints(self, offset: int) -> CacheState:
         from strata.projector.runner import LogRunner
@@ -101,6 +103,17 @@ class Dispatcher:
                 txn.safe_abort(self._producer)
             consumer.close()
 
+    def not_ready(self) -> str | None:
+        """Why this dispatcher is not ready (None: it is). One not holding the cache log is a
+        ready standby: another instance dispatches."""
+        if not self.assigned:
+            return None
+        if self.state is None or self.end_at_assign is None:
+            return "the dispatcher is rebuilding its state"
+        if self.next_offset < self.end_at_assign:
+            return f"the dispatcher is catching up: offset {self.next_offset} of {self.end_at_assign}"
+        return None
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.assigned = bool(partitions)
         self.state = None
@@ -122,6 +135,8 @@ class Dispatcher:
         msgs = consumer.consume(1000, timeout=0.05)
         if not self.assigned:
             return
+        end = consumer.get_watermark_offsets(TopicPartition(self.cache_log, 0), cached=True)[1]
+        FOLLOWING.end = max(end, self.next_offset)
         try:
             if self.state is None:
                 self._rebuild(consumer)
@@ -153,6 +168,10 @@ class Dispatcher:
             self._producer = txn.transactional_producer(self.settings, self.transactional_id)
         self.state = self.state_at(start)
         self.next_offset = start
+        try:
+            self.end_at_assign = consumer.get_watermark_offsets(TopicPartition(self.cache_log, 0), timeout=10.0)[1]
+        except KafkaException:  # readiness is no reason to stop dispatching: ready once at the start
+            self.end_at_assign = start
         txn.rewind(consumer, [TopicPartition(self.cache_log, 0)])
 
     def _on_message(self, msg: Message) -> None:
@@ -167,6 +186,7 @@ class Dispatcher:
         assert self.state is not None
         record = _decode(msg.value() or b"", offset)
         outcome = self.state.apply_at(offset, record)
+        FOLLOWING.applied_entry(offset, msg.timestamp()[1], record)
         self._begin()
         if outcome.result == "applied" and isinstance(record, (Bind, Evict)):
             self._dispatch(record, offset)

@@ -91,6 +91,18 @@ class Service:
             thread.start()
             self._threads.append(thread)
 
+    def not_ready(self) -> str | None:
+        """Why this process is not ready (None: it is): every part running, the dispatcher caught up."""
+        if self.errors:
+            return f"stopped: {self.errors[0]}"
+        if not self._threads:
+            return "starting"
+        for thread in self._threads:
+            if not thread.is_alive():
+                return f"{thread.name} is not running"
+        dispatchers = [p for p in self.parts if isinstance(p, Dispatcher)]
+        return next((r for r in (d.not_ready() for d in dispatchers) if r is not None), None)
+
     def _guard(self, part: Any) -> None:
         try:
             part.run()

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import Counter
 from urllib3.exceptions import HTTPError
 
 from strata.ingest.redaction import redact
@@ -30,6 +31,13 @@ from strata.kubeapi import RESOURCES, ApiError, Gone, KubeApi, Resource
 from strata.log.cachelog import CacheLogReader, CacheLogWriter
 from strata.log.errors import StrataError
 from strata.schemas import Synced, WatchEvent, objectjson
+
+RELISTS = Counter("strata_watch_relists", "Full LISTs of a kind (at start, after a watch ends or fails).", ["kind"])
+RESTARTS = Counter(
+    "strata_watch_restarts",
+    "Watches that ended and were started again, by kind and why (ended, gone: 410, error: API or network).",
+    ["kind", "reason"],
+)
 
 Identity = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
 PAGE = 500
@@ -87,17 +95,22 @@ class KindAdapter:
         self.stats = AdapterStats()
 
     def run(self) -> None:
+        kind = self.resource.kind
         while not self.stop.is_set():
             try:
+                RELISTS.labels(kind).inc()
                 self.watch(self.relist())
+                RESTARTS.labels(kind, "ended").inc()
             except Gone:
                 self.stats.gone += 1  # the watch history moved past us: list again
+                RESTARTS.labels(kind, "gone").inc()
             except (ApiError, OSError, HTTPError) as exc:
                 # An API server restarting or overloaded: wait and list again. A refusal
                 # (401, 403, 404) or anything else is for a person to fix: stop loudly.
                 if isinstance(exc, ApiError) and exc.status < 500 and exc.status != 429:
                     raise
                 self.stats.reconnects += 1
+                RESTARTS.labels(kind, "error").inc()
                 self.stop.wait(1.0)
 
     # ------------------------------------------------------------------------------------ list
@@ -232,6 +245,13 @@ class Ingest:
 
     def synced(self) -> bool:
         return all(a.resource.kind in a.stats.synced for a in self.adapters)
+
+    def not_ready(self) -> str | None:
+        """Why ingest is not ready (None: every kind listed in full and SYNCED published)."""
+        if self.errors:
+            return f"stopped: {self.errors[0]}"
+        waiting = [a.resource.kind for a in self.adapters if a.resource.kind not in a.stats.synced]
+        return f"listing {', '.join(waiting)}" if waiting else None
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Stop every adapter and flush. A thread still blocked reading its watch is left behind

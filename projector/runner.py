@@ -13,14 +13,19 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from confluent_kafka import KafkaException
+from prometheus_client import Counter, Gauge, Histogram
 
 from strata.digests import DigestReporter
+from strata.health import Health
+from strata.kubeapi import RESOURCES
 from strata.log.cachelog import CacheLogReader, LogEntry, Publisher
 from strata.log.config import Settings
+from strata.log.metrics import FOLLOWING
 from strata.projector import audit, statecodec
 from strata.projector.auditstore import AuditIndex
 from strata.projector.checkpoint import CheckpointInfo, CheckpointStore, LogIdentity
@@ -35,6 +40,18 @@ AUDIT_BACKLOG = 8 * AUDIT_BATCH  # entries kept while the writer is busy before 
 # CHECKPOINT_REST times as long as the last one took, so checkpoints take at most a quarter of it
 # (a catch-up at 40k records/s would otherwise checkpoint back to back).
 CHECKPOINT_REST = 3.0
+ALL_KINDS = tuple(RESOURCES)  # what a follower waits to see SYNCED before it is ready, unless told fewer
+
+CHECKPOINTS = Counter("strata_checkpoints", "Checkpoints written by this projector.")
+CHECKPOINT_SECONDS = Histogram(
+    "strata_checkpoint_duration_seconds",
+    "From handing a checkpoint to the writer until it is stored (with the audit batch written first).",
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80),
+)
+CHECKPOINT_BYTES = Gauge("strata_checkpoint_bytes", "Size of the newest checkpoint's serialized state.")
+CHECKPOINT_VERSION = Gauge("strata_checkpoint_version", "Version of the newest checkpoint.")
+CHECKPOINT_AGE = Gauge("strata_checkpoint_age_seconds", "Seconds since the newest checkpoint was written.")
+AUDIT_LAG = Gauge("strata_audit_index_lag_records", "Records applied by the fold that the audit index lacks.")
 
 
 @dataclass
@@ -110,19 +127,29 @@ class LogRunner:
         report_seconds: float = 5.0,
         audit_index: AuditIndex | None = None,
         digests: DigestReporter | None = None,
+        health: Health | None = None,
+        kinds: Sequence[str] = ALL_KINDS,
     ) -> CacheState:
         """Apply records as they arrive until ``stop`` is set; checkpoint on the way and at the end.
 
         Checkpoints and the audit index are written by a forked child (``writer.Writer``) while
         the fold goes on; a projector whose index lags its checkpoints starts from an older one.
+        ``health`` is ready once the checkpoint is restored, the log's end as of the start is
+        applied and every one of ``kinds`` is SYNCED.
         """
+        end = self.reader.end_offset()
+        restored: list[CacheState] = []
+        if health is not None:
+            health.require(lambda: sync_reason(restored[0] if restored else None, end, kinds))
         LOG.info("restoring the newest checkpoint")
         state = self.restore(at_or_below=audit_index.indexed_to(self.identity) if audit_index else None)
         LOG.info("restored version %d", state.version)
+        restored.append(state)
         gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
-        progress = Progress(state.version, self.reader.end_offset())
+        progress = Progress(state.version, end)
+        FOLLOWING.end, FOLLOWING.version = end, state.version
         run = _Following(self, state, audit_index, digests, progress, every_records, every_seconds)
-        last_report = time.monotonic()
+        last_report = last_end = time.monotonic()
         idle_at = -1
         for entry in self.reader.follow(state.version, stop):
             if entry is not None:
@@ -132,8 +159,12 @@ class LogRunner:
                 LOG.info("idle at version %d", state.version)
             now = time.monotonic()
             run.tend(now, idle=entry is None)
+            if now - last_end >= 1.0:
+                progress.end = FOLLOWING.end = max(self._end_or(progress.end), state.version)
+                last_end = now
+                if health is not None:
+                    health.beat()
             if now - last_report >= report_seconds:
-                progress.end = max(self._end_or(progress.end), state.version)
                 report(progress)
                 last_report = now
         run.finish()
@@ -142,6 +173,31 @@ class LogRunner:
         progress.end = max(progress.end, state.version)
         report(progress)
         return state
+
+
+def _checkpoint_stored(infos: Sequence[CheckpointInfo]) -> None:
+    """Export the newest checkpoint's version, size and age (none yet: age 0)."""
+    if not infos:
+        return
+    newest = max(infos, key=lambda i: i.version)
+    CHECKPOINT_BYTES.set(newest.size)
+    CHECKPOINT_VERSION.set(newest.version)
+    written = datetime.fromisoformat(newest.created_at).timestamp()
+    CHECKPOINT_AGE.set_function(lambda: max(0.0, time.time() - written))
+
+
+def sync_reason(state: CacheState | None, end: int, kinds: Sequence[str]) -> str | None:
+    """Why a follower of the log is not ready yet, or None once it is: restored, caught up with
+    the log's end as of its start, every kind SYNCED. A replica must never schedule from a
+    half-built cache (nor a projector answer for one)."""
+    if state is None:
+        return "restoring the newest checkpoint"
+    if state.version < end:
+        return f"catching up: version {state.version} of the log's end {end} at start"
+    missing = sorted(set(kinds) - state.synced)
+    if missing:
+        return f"waiting for {', '.join(missing)} to be SYNCED"
+    return None
 
 
 def _ready(state: CacheState) -> bool:
@@ -177,6 +233,9 @@ class _Following:
         self.requested_at = time.monotonic()
         self.rested_at = 0.0  # when the next checkpoint may start (CHECKPOINT_REST)
         self.pending: list[audit.AuditEntry] = []
+        self.indexed = state.version  # the audit index holds entries up to here
+        AUDIT_LAG.set_function(lambda: self.state.version - self.indexed if audit_index is not None else 0)
+        _checkpoint_stored(runner.store.list(runner.identity))
 
     def apply(self, entry: LogEntry) -> None:
         """Fold one entry and keep its audit entry."""
@@ -185,6 +244,7 @@ class _Following:
         outcome = state.apply_at(entry.offset, entry.record)
         if outcome.result == "bad":
             self.progress.bad += 1
+        FOLLOWING.applied_entry(entry.offset, entry.timestamp_ms, entry.record)
         if self.audit_index is not None:
             self.pending.append(
                 audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object)
@@ -232,8 +292,12 @@ class _Following:
         if job.checkpoint:
             self.rested_at = now + CHECKPOINT_REST * (now - job.started_at)
         if ok:
+            self.indexed = job.version
             if job.checkpoint:
                 self.progress.checkpoints += 1
+                CHECKPOINTS.inc()
+                CHECKPOINT_SECONDS.observe(now - job.started_at)
+                _checkpoint_stored(self.runner.store.list(self.runner.identity))
         else:
             self.pending[:0] = job.entries  # written again with the next batch; the checkpoint comes when due
 

@@ -22,9 +22,10 @@ from strata.kubeapi import RESOURCES, KubeApi
 from strata.log.cachelog import CacheLogWriter
 from strata.log.config import Settings
 from strata.log.errors import StrataError
+from strata.log.metrics import FOLLOWING
 from strata.projector.checkpoint import CheckpointStore
 from strata.projector.kinds import PodView
-from strata.projector.runner import LogRunner
+from strata.projector.runner import LogRunner, sync_reason
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig, Outcome
 from strata.scheduler.event_recorder import ApiEventRecorder, job_status_event
@@ -67,11 +68,13 @@ class LogCache:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._session_started: float | None = None
+        self._end_at_start = 0
 
     # ---------------------------------------------------------------------------- following
     def run(self, stop: threading.Event) -> None:
         if self._thread is not None:
             return
+        self._end_at_start = FOLLOWING.end = self.runner.reader.end_offset()
         self._thread = threading.Thread(target=self._follow, args=(stop,), name=f"cache-{self.replica}", daemon=True)
         self._thread.start()
 
@@ -84,8 +87,11 @@ class LogCache:
                 self._state, self._snapshot = state, state.snapshot()
                 self._changed.notify_all()
             for entry in self.runner.reader.follow(state.version, stop):
+                if entry is None or entry.offset % 4096 == 0:  # the end as last heard, for the lag metrics
+                    FOLLOWING.end = max(self.runner.reader.followed_end() or 0, state.version)
                 if entry is None:
                     continue
+                FOLLOWING.applied_entry(entry.offset, entry.timestamp_ms, entry.record)
                 with self._changed:
                     outcome = state.apply_at(entry.offset, entry.record)
                     if isinstance(entry.record, (Bind, Evict)) and entry.record.replica == self.replica:
@@ -116,6 +122,12 @@ class LogCache:
                     raise StrataError(f"replica {self.replica}: the cache log did not get there in time")
                 self._changed.wait(min(remaining, 0.2))
         return True
+
+    def sync_reason(self) -> str | None:
+        """Why this cache is not yet fit to schedule from (None once it is), for /readyz."""
+        if self._failure is not None:
+            return f"the cache stopped following the log: {self._failure}"
+        return sync_reason(self._state, self._end_at_start, self.kinds)
 
     def wait_for_cache_sync(self, stop: threading.Event, timeout_s: float = 3600.0) -> bool:
         end = self.runner.reader.end_offset()

@@ -26,6 +26,7 @@ from strata.cliopts import (
     StrataGroup,
     db_option,
     fold_options,
+    health_options,
     kafka_options,
     log_runner,
     output_option,
@@ -181,13 +182,14 @@ def topics_list(settings: Settings) -> None:
 @click.option("--kubeconfig", metavar="FILE", help="cluster to watch  [env: KUBECONFIG]")
 @kafka_options
 @click.option("--kinds", metavar="KIND,...", help="watch only these kinds (default: all seven)")
-def ingest(settings: Settings, trace: Path | None, kinds: str | None) -> None:
+@health_options("ingest")
+def ingest(settings: Settings, health: Any, trace: Path | None, kinds: str | None) -> None:
     """Publish cluster changes into the cache log: watch a cluster, or publish a recorded trace.
 
     Watching runs one LIST+WATCH adapter per kind until SIGTERM or Ctrl-C.
     """
     if trace is None:
-        _watch_cluster(settings, kinds.split(",") if kinds else None)
+        _watch_cluster(settings, kinds.split(",") if kinds else None, health)
         return
     from strata.ingest.from_trace import publish_trace
 
@@ -201,7 +203,7 @@ def ingest(settings: Settings, trace: Path | None, kinds: str | None) -> None:
     )
 
 
-def _watch_cluster(settings: Settings, kinds: list[str] | None) -> None:
+def _watch_cluster(settings: Settings, kinds: list[str] | None, health: Any) -> None:
     import signal
 
     from strata.ingest.watch import Ingest
@@ -209,9 +211,11 @@ def _watch_cluster(settings: Settings, kinds: list[str] | None) -> None:
     ingest_ = Ingest(settings, kinds)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: ingest_.stop.set())
+    health.require(ingest_.not_ready)
     ingest_.start()
     announced = False
     while not ingest_.stop.wait(1.0):
+        health.beat()
         if not announced and ingest_.synced():
             click.echo(f"synced: {', '.join(a.resource.kind for a in ingest_.adapters)}", err=True)
             announced = True
@@ -432,17 +436,23 @@ def gen(nodes: int, pods: int, queues: int, churn: float, replicas: int, seed: i
     show_default=True,
     help="keep the audit index (strata history, strata story) in the checkpoint database",
 )
+@click.option(
+    "--kinds", metavar="K1,K2", help="kinds that must be SYNCED before /readyz answers 200 (default: all seven)"
+)
 @db_option
 @kafka_options
 @fold_options
+@health_options("projector")
 def project(
     settings: Settings,
     fold: Any,
+    health: Any,
     checkpoint_every: int,
     checkpoint_seconds: float,
     stop_at_end: bool,
     audit: bool,
     replica: str | None,
+    kinds: str | None,
 ) -> None:
     """Follow the cache log: restore the newest checkpoint, apply records as they arrive, checkpoint.
 
@@ -454,7 +464,7 @@ def project(
 
     from strata.digests import DigestReporter
     from strata.projector.auditstore import AuditIndex
-    from strata.projector.runner import Progress
+    from strata.projector.runner import ALL_KINDS, Progress
 
     runner = log_runner(settings, fold, quarantine=True)
     stop = threading.Event()
@@ -481,6 +491,8 @@ def project(
         report_seconds=1.0 if target is not None else 5.0,
         audit_index=AuditIndex(runner.store.engine) if audit else None,
         digests=DigestReporter(settings, replica or f"projector-{socket.gethostname()}", fold.identity),
+        health=health,
+        kinds=tuple(k.strip() for k in kinds.split(",")) if kinds else ALL_KINDS,
     )
     click.echo(
         f"stopped at version {state.version}; longest pause {progress.longest_pause_s * 1000:.1f} ms, "

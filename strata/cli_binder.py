@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from strata.cliopts import fold_options, kafka_options
+from strata.cliopts import fold_options, health_options, kafka_options
 from strata.log.config import Settings
 
 if TYPE_CHECKING:
@@ -25,7 +25,6 @@ _common = [
     ),
     click.option("--no-dispatch", is_flag=True, help="run no dispatcher (another process does)"),
     click.option("--threads", type=click.IntRange(min=1), default=32, show_default=True, help="concurrent API calls"),
-    click.option("--metrics-port", type=click.IntRange(min=1, max=65535), help="serve Prometheus metrics on this port"),
     click.option(
         "--db-url",
         metavar="URL",
@@ -45,6 +44,7 @@ def _with_common(command: Any) -> Any:
 @_with_common
 @kafka_options
 @fold_options
+@health_options("binder")
 def bind(settings: Settings, fold: Any, **options: Any) -> None:
     """Dispatch admitted BINDs and carry them out against the Kubernetes API.
 
@@ -66,6 +66,7 @@ def bind(settings: Settings, fold: Any, **options: Any) -> None:
 @_with_common
 @kafka_options
 @fold_options
+@health_options("evictor")
 def evict(settings: Settings, fold: Any, mode: Mode, **options: Any) -> None:
     """Carry out applied EVICTs against the Kubernetes API (and dispatch commands, unless --no-dispatch)."""
     _serve(settings, fold, "evict", mode=mode, **options)
@@ -80,16 +81,12 @@ def _serve(
     instance: str | None,
     no_dispatch: bool,
     threads: int,
-    metrics_port: int | None,
+    health: Any,
 ) -> None:
     import signal
 
     from strata.binder.service import Service, default_instance
 
-    if metrics_port:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port)
     service = Service(
         settings,
         work,
@@ -102,10 +99,11 @@ def _serve(
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: service.stop.set())
+    health.require(service.not_ready)
     service.start()
     click.echo(f"{work}: running {len(service.parts)} part(s) as instance {service.instance}", err=True)
     while not service.stop.wait(1.0):
-        pass
+        health.beat()
     service.close()
     if service.errors:
         raise service.errors[0]

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from strata.cliopts import fold_options, kafka_options
+from strata.cliopts import fold_options, health_options, kafka_options
 from strata.log.config import Settings
 
 
@@ -25,9 +25,11 @@ from strata.log.config import Settings
 @click.option("--kinds", metavar="K1,K2", help="kinds that must be SYNCED before the first cycle (default: all seven)")
 @kafka_options
 @fold_options
+@health_options("scheduler")
 def schedule(
     settings: Settings,
     fold: Any,
+    health: Any,
     replica: str,
     exit_when_idle: int | None,
     idle_wait: float,
@@ -50,12 +52,14 @@ def schedule(
     wanted = tuple(k.strip() for k in kinds.split(",")) if kinds else ALL_KINDS
     cache = LogCache(settings, replica, SqlCheckpointStore(settings.checkpoint_url), fold, kinds=wanted)
     cache.run(stop)
+    health.require(cache.sync_reason)
     click.echo(f"replica {replica}: waiting for {', '.join(wanted)} to sync", err=True)
     if not cache.wait_for_cache_sync(stop):
         return
     idle_cycles = 0
     totals = {"admitted": 0, "rejected": 0}
     while not stop.is_set():
+        health.beat()
         report = run_cycle(cache)
         totals["admitted"] += report.admitted
         totals["rejected"] += report.rejected

@@ -164,3 +164,40 @@ def log_runner(settings: Settings, fold: Any, quarantine: bool = False) -> Any:
     from strata.projector.sqlstore import SqlCheckpointStore
 
     return LogRunner(settings, SqlCheckpointStore(settings.checkpoint_url), fold, quarantine=quarantine)
+
+
+def health_options(component: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--http-port`/`--http-host` of a long-running command; passes it ``health`` (a
+    ``strata.health.Health``, served when a port is given) instead of the two options."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        @click.option(
+            "--http-port",
+            envvar="STRATA_HTTP_PORT",
+            type=click.IntRange(0, 65535),
+            metavar="PORT",
+            help="serve /metrics, /healthz and /readyz on this port (0: any free one)  "
+            "[env: STRATA_HTTP_PORT; default: off]",
+        )
+        @click.option(
+            "--http-host",
+            envvar="STRATA_HTTP_HOST",
+            default="127.0.0.1",
+            show_default=True,
+            metavar="HOST",
+            help="address the HTTP endpoints bind to (0.0.0.0 in a pod)  [env: STRATA_HTTP_HOST]",
+        )
+        @functools.wraps(command)
+        def wrapper(http_port: int | None, http_host: str, **kwargs: Any) -> Any:
+            from strata.health import Health, HealthServer
+
+            health = Health(component)
+            if http_port is not None:
+                server = HealthServer(health, http_port, http_host)
+                logging.getLogger("strata").info("serving /metrics, /healthz, /readyz on %s:%d", http_host, server.port)
+                click.echo(f"{component}: http://{http_host}:{server.port}/readyz", err=True)
+            return command(health=health, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -28,6 +28,9 @@ from strata.schemas import CodecError, Digest, decode, encode
 LOG = logging.getLogger("strata.digests")
 DIVERGENT = Gauge("strata_divergent", "1 when this reader's digest was outvoted at some version", ["replica"])
 REPORTED = MetricCounter("strata_digests_published", "digests this reader published", ["replica"])
+DIVERGENCES = MetricCounter(
+    "strata_divergences", "versions at which this reader's digest was outvoted by the others'", ["replica"]
+)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class DigestReporter:
         self._last_version = -1  # the newest version offered: none is sent twice
         self._read_to = 0  # the digests topic is read up to here for check(): only what is new each time
         self._seen: dict[tuple[str, int, str], Digest] = {}  # (fold, version, replica) -> its latest word
+        self._outvoted: set[int] = set()  # versions already counted in DIVERGENCES
         self._thread = threading.Thread(target=self._run, name=f"digests-{replica}", daemon=True)
         self._thread.start()
 
@@ -156,4 +160,8 @@ class DigestReporter:
                 (d.majority or "")[:12],
             )
         DIVERGENT.labels(self.replica).set(1 if outvoted else 0)
+        for d in outvoted:
+            if d.version not in self._outvoted:
+                self._outvoted.add(d.version)
+                DIVERGENCES.labels(self.replica).inc()
         return outvoted

@@ -10,14 +10,31 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, config
+from prometheus_client import Histogram
 
 from strata.log.errors import StrataError
 from strata.schemas import objectjson
+
+API_SECONDS = Histogram(
+    "strata_kube_api_request_duration_seconds",
+    "Kubernetes API calls until the answer's headers, by verb (a WATCH: until the stream opens).",
+    ["verb"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+
+
+def _verb(method: str, query: dict[str, Any]) -> str:
+    if method == "GET" and query.get("watch"):
+        return "WATCH"
+    if method == "GET" and "limit" in query:
+        return "LIST"
+    return method
 
 
 @dataclass(frozen=True)
@@ -129,10 +146,13 @@ class KubeApi:
             body=body,
             auth_settings=["BearerToken"],
         )
+        started = time.perf_counter()
         try:
             response = self.client.call_api(method, url, headers, body, _request_timeout=timeout)
         except client.ApiException as exc:
             raise _error(exc.status or 0, exc.body) from exc
+        finally:
+            API_SECONDS.labels(_verb(method, query)).observe(time.perf_counter() - started)
         if response.status >= 400:
             raise _error(response.status, response.read())
         return response

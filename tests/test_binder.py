@@ -303,7 +303,7 @@ def test_malformed_commands_are_dead_lettered_and_counted_by_strata_bind(env: En
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     strata = str(Path(sys.executable).with_name("strata"))
-    argv = [strata, "bind", "--instance", f"t-{uuid.uuid4().hex[:6]}", "--metrics-port", str(port)]
+    argv = [strata, "bind", "--instance", f"t-{uuid.uuid4().hex[:6]}", "--http-port", str(port)]
     proc = subprocess.Popen(argv, env=env_for(env.settings), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         eventually(lambda: check(env.pods()["good"]["spec"].get("nodeName") == node), timeout_s=60)

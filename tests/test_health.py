@@ -1,0 +1,165 @@
+"""`--http-port` of the long-running commands: /healthz, /readyz and /metrics of real processes on
+the real broker. Readiness must stay 503 (with its reason) until the fold is restored, caught up
+and every required kind is SYNCED: a replica must never schedule from a half-built cache."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from strata.health import Health, HealthServer
+from strata.log.config import Settings
+from tests.test_kafka_cli import env_of
+
+pytestmark = pytest.mark.kafka
+STRATA = str(Path(sys.executable).with_name("strata"))
+CONFORMANCE = Path(__file__).resolve().parent / "conformance"
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def eventually(check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    m = re.search(rf"^{re.escape(name + labels)} (\S+)$", text, re.M)
+    assert m, f"{name}{labels} not in /metrics"
+    return float(m.group(1))
+
+
+@contextmanager
+def started(argv: list[str], env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A command with ``--http-port 0``, and the port it printed."""
+    proc = subprocess.Popen(
+        [STRATA, *argv, "--http-port", "0"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            m = re.search(r"http://127\.0\.0\.1:(\d+)/readyz", line)
+            if m:
+                break
+        else:
+            raise AssertionError(f"{argv[0]} printed no address; exit {proc.wait()}")
+        yield proc, int(m.group(1))
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+def publish(env: dict[str, str], lines: list[str], tmp_path: Path) -> None:
+    trace = tmp_path / f"t{time.monotonic_ns()}.jsonl"
+    trace.write_text("".join(line + "\n" for line in lines))
+    done = subprocess.run([STRATA, "ingest", "--from", str(trace)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_probes_of_a_bare_server_can_fail() -> None:
+    """The checker itself: a loop that stops beating is reported dead; a condition that does not
+    hold keeps readiness at 503 with its reason; once it holds, readiness stays."""
+    health = Health("test", stall_after_s=0.2)
+    server = HealthServer(health, 0)
+    try:
+        assert get(server.port, "/readyz") == (503, "test: starting\n")
+        waiting = ["not yet"]
+        health.require(lambda: waiting[0] if waiting else None)
+        assert get(server.port, "/readyz") == (503, "test: not yet\n")
+        waiting.clear()
+        assert get(server.port, "/readyz") == (200, "ready\n")
+        waiting.append("late")  # readiness does not drop back (a burst of lag is no reason to pull a replica)
+        assert get(server.port, "/readyz")[0] == 200
+        assert get(server.port, "/healthz") == (200, "ok (starting)\n")
+        health.beat()
+        assert get(server.port, "/healthz")[0] == 200
+        time.sleep(0.3)
+        status, text = get(server.port, "/healthz")
+        assert status == 503 and "no progress for" in text
+        assert get(server.port, "/nothing")[0] == 404
+    finally:
+        server.close()
+
+
+def test_projector_ready_only_when_restored_caught_up_and_synced(kafka: Settings, tmp_path: Path) -> None:
+    env = {**env_of(kafka), "STRATA_DB_URL": f"sqlite:///{tmp_path / 'cp.db'}"}
+    lines = (CONFORMANCE / "c01.jsonl").read_text().splitlines()
+    publish(env, lines, tmp_path)
+    argv = ["project", "--kinds", "Node,Pod", "--checkpoint-every", "50"]
+    with started(argv, env) as (proc, port):
+        status, reason = eventually(lambda: _settled(port))
+        assert status == 503 and "waiting for Node, Pod to be SYNCED" in reason, reason
+        publish(env, ['{"type":"SYNCED","kind":"Node"}', '{"type":"SYNCED","kind":"Pod"}'], tmp_path)
+        eventually(lambda: _assert_status(port, "/readyz", 200))
+        assert get(port, "/healthz")[0] == 200
+        end = len(lines) + 2
+
+        def exported() -> str:
+            text = get(port, "/metrics")[1]
+            assert metric(text, "strata_applied_version") == end
+            assert metric(text, "strata_log_end_offset") == end
+            assert metric(text, "strata_lag_records") == 0
+            assert metric(text, "strata_lag_seconds") == 0
+            assert metric(text, "strata_ready", '{component="projector"}') == 1
+            assert metric(text, "strata_checkpoints_total") >= 1
+            assert metric(text, "strata_checkpoint_bytes") > 0
+            assert metric(text, "strata_checkpoint_age_seconds") >= 0
+            return text
+
+        text = eventually(exported)
+        assert metric(text, "strata_records_applied_total", '{kind="Node",type="SYNCED"}') == 1
+        applied = sum(float(v) for v in re.findall(r"^strata_records_applied_total\{.*\} (\S+)$", text, re.M))
+        assert applied == end
+        assert 'strata_build_info{component="projector"' in text
+        assert "process_resident_memory_bytes" in text
+
+
+def _settled(port: int) -> tuple[int, str]:
+    """/readyz once the projector has restored and caught up (only SYNCED is missing then)."""
+    status, text = get(port, "/readyz")
+    assert "SYNCED" in text or status == 200, text
+    return status, text
+
+
+def _assert_status(port: int, path: str, expected: int) -> None:
+    status, text = get(port, path)
+    assert status == expected, text
+
+
+def test_scheduler_not_ready_before_its_kinds_sync(kafka: Settings, tmp_path: Path) -> None:
+    env = {**env_of(kafka), "STRATA_DB_URL": f"sqlite:///{tmp_path / 'cp.db'}"}
+    publish(env, (CONFORMANCE / "c01.jsonl").read_text().splitlines()[:20], tmp_path)
+    with started(["schedule", "--replica", "r1", "--kinds", "Node"], env) as (proc, port):
+        eventually(lambda: _assert_reason(port, "scheduler: waiting for Node to be SYNCED"))
+        publish(env, ['{"type":"SYNCED","kind":"Node"}'], tmp_path)
+        eventually(lambda: _assert_status(port, "/readyz", 200))
+        text = get(port, "/metrics")[1]
+        assert metric(text, "strata_applied_version") == 21
+        assert metric(text, "strata_ready", '{component="scheduler"}') == 1
+
+
+def _assert_reason(port: int, reason: str) -> None:
+    status, text = get(port, "/readyz")
+    assert (status, text.strip()) == (503, reason), text
