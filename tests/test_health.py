@@ -163,3 +163,30 @@ def test_scheduler_not_ready_before_its_kinds_sync(kafka: Settings, tmp_path: Pa
 def _assert_reason(port: int, reason: str) -> None:
     status, text = get(port, "/readyz")
     assert (status, text.strip()) == (503, reason), text
+
+
+def test_ingest_ready_once_listed_with_api_and_watch_metrics(kafka: Settings, kubeconfig: str) -> None:
+    env = {**env_of(kafka), "KUBECONFIG": kubeconfig}
+    with started(["ingest", "--kinds", "Node,PriorityClass"], env) as (proc, port):
+        eventually(lambda: _assert_status(port, "/readyz", 200))
+        text = get(port, "/metrics")[1]
+        assert metric(text, "strata_watch_relists_total", '{kind="Node"}') >= 1
+        assert metric(text, "strata_kube_api_request_duration_seconds_count", '{verb="LIST"}') >= 2
+        assert metric(text, "strata_ready", '{component="ingest"}') == 1
+
+
+def test_binder_ready_once_its_parts_run_and_the_dispatcher_caught_up(
+    kafka: Settings, kubeconfig: str, tmp_path: Path
+) -> None:
+    env = {**env_of(kafka), "KUBECONFIG": kubeconfig, "STRATA_DB_URL": f"sqlite:///{tmp_path / 'cp.db'}"}
+    publish(env, (CONFORMANCE / "c01.jsonl").read_text().splitlines()[:30], tmp_path)
+    with started(["bind", "--workers", "1", "--instance", "health-test"], env) as (proc, port):
+        eventually(lambda: _assert_status(port, "/readyz", 200))
+        text = eventually(lambda: _dispatched_to(port, 30))
+        assert metric(text, "strata_ready", '{component="binder"}') == 1
+
+
+def _dispatched_to(port: int, version: int) -> str:
+    text = get(port, "/metrics")[1]
+    assert metric(text, "strata_applied_version") == version
+    return text
