@@ -14,11 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from strata.binder import metrics
 from strata.binder.actions import Action
 from strata.binder.binder import BindAction
 from strata.binder.dispatcher import Dispatcher
 from strata.binder.evictor import EvictAction, Mode
-from strata.binder.worker import CommandWorker, WorkSpec, stages
+from strata.binder.worker import CommandWorker, Stage, WorkSpec, stages
 from strata.kubeapi import KubeApi
 from strata.log.config import Settings
 from strata.log.topics import Work
@@ -40,6 +41,20 @@ EVICT = WorkSpec(
     failed=lambda c, reason: EvictFailed(pod=c.pod_uid, reason=reason, evict_offset=c.log_offset),
 )
 SPECS: dict[str, WorkSpec] = {"bind": BIND, "evict": EVICT}
+
+
+def _zero_counters(work: Work, all_stages: list[Stage]) -> None:
+    """Export every outcome, tier and dead-letter cause at 0 from the start: a series that appears
+    only with its first event makes rate() and a dashboard's panel blind to that event."""
+    for outcome in ("succeeded", "failed"):
+        metrics.OUTCOMES.labels(work, outcome)
+    for cause in ("malformed", "terminal", "exhausted"):
+        metrics.DEAD_LETTERS.labels(work, cause)
+    for stage in all_stages:
+        if not stage.last:
+            metrics.RETRIES.labels(work, stage.next_topic)
+    metrics.BAD_COMMANDS.labels(all_stages[0].topic)
+    metrics.DISPATCHED.labels(work)
 
 
 def default_instance() -> str:
@@ -75,6 +90,7 @@ class Service:
         if self.dispatch:
             self.parts.append(Dispatcher(self.settings, self.fold, self.stop, f"{self.instance}-{self.work}"))
         source, *tiers = stages(self.settings, spec)
+        _zero_counters(self.work, [source, *tiers])
         for i in range(self.workers):
             self.parts.append(
                 CommandWorker(

@@ -96,6 +96,8 @@ class KindAdapter:
 
     def run(self) -> None:
         kind = self.resource.kind
+        for reason in ("ended", "gone", "error"):  # exported at 0 from the start, for rate()
+            RESTARTS.labels(kind, reason)
         while not self.stop.is_set():
             try:
                 RELISTS.labels(kind).inc()

@@ -103,6 +103,8 @@ class DigestReporter:
         self._read_to = 0  # the digests topic is read up to here for check(): only what is new each time
         self._seen: dict[tuple[str, int, str], Digest] = {}  # (fold, version, replica) -> its latest word
         self._outvoted: set[int] = set()  # versions already counted in DIVERGENCES
+        DIVERGENCES.labels(replica)  # exported at 0 from the start, for rate() and dashboards
+        DIVERGENT.labels(replica).set(0)
         self._thread = threading.Thread(target=self._run, name=f"digests-{replica}", daemon=True)
         self._thread.start()
 
