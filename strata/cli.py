@@ -462,11 +462,16 @@ def project(
     import socket
     import threading
 
+    from prometheus_client import REGISTRY
+
     from strata.digests import DigestReporter
     from strata.projector.auditstore import AuditIndex
-    from strata.projector.runner import ALL_KINDS, Progress
+    from strata.projector.runner import ALL_KINDS, Progress, SnapshotOnRequest
+    from strata.projector.volcanometrics import VolcanoCollector
 
     runner = log_runner(settings, fold, quarantine=True)
+    on_request = SnapshotOnRequest()
+    REGISTRY.register(VolcanoCollector(on_request.request))  # Volcano's queue gauges, from the fold's view
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -493,6 +498,7 @@ def project(
         digests=DigestReporter(settings, replica or f"projector-{socket.gethostname()}", fold.identity),
         health=health,
         kinds=tuple(k.strip() for k in kinds.split(",")) if kinds else ALL_KINDS,
+        on_request=on_request,
     )
     click.echo(
         f"stopped at version {state.version}; longest pause {progress.longest_pause_s * 1000:.1f} ms, "

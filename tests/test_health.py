@@ -108,7 +108,7 @@ def test_projector_ready_only_when_restored_caught_up_and_synced(kafka: Settings
     lines = (CONFORMANCE / "c01.jsonl").read_text().splitlines()
     publish(env, lines, tmp_path)
     argv = ["project", "--kinds", "Node,Pod", "--checkpoint-every", "50"]
-    with started(argv, env) as (proc, port):
+    with started(argv, env) as (_, port):
         status, reason = eventually(lambda: _settled(port))
         assert status == 503 and "waiting for Node, Pod to be SYNCED" in reason, reason
         publish(env, ['{"type":"SYNCED","kind":"Node"}', '{"type":"SYNCED","kind":"Pod"}'], tmp_path)
@@ -151,7 +151,7 @@ def _assert_status(port: int, path: str, expected: int) -> None:
 def test_scheduler_not_ready_before_its_kinds_sync(kafka: Settings, tmp_path: Path) -> None:
     env = {**env_of(kafka), "STRATA_DB_URL": f"sqlite:///{tmp_path / 'cp.db'}"}
     publish(env, (CONFORMANCE / "c01.jsonl").read_text().splitlines()[:20], tmp_path)
-    with started(["schedule", "--replica", "r1", "--kinds", "Node"], env) as (proc, port):
+    with started(["schedule", "--replica", "r1", "--kinds", "Node"], env) as (_, port):
         eventually(lambda: _assert_reason(port, "scheduler: waiting for Node to be SYNCED"))
         publish(env, ['{"type":"SYNCED","kind":"Node"}'], tmp_path)
         eventually(lambda: _assert_status(port, "/readyz", 200))
@@ -167,7 +167,7 @@ def _assert_reason(port: int, reason: str) -> None:
 
 def test_ingest_ready_once_listed_with_api_and_watch_metrics(kafka: Settings, kubeconfig: str) -> None:
     env = {**env_of(kafka), "KUBECONFIG": kubeconfig}
-    with started(["ingest", "--kinds", "Node,PriorityClass"], env) as (proc, port):
+    with started(["ingest", "--kinds", "Node,PriorityClass"], env) as (_, port):
         eventually(lambda: _assert_status(port, "/readyz", 200))
         text = get(port, "/metrics")[1]
         assert metric(text, "strata_watch_relists_total", '{kind="Node"}') >= 1
@@ -180,7 +180,7 @@ def test_binder_ready_once_its_parts_run_and_the_dispatcher_caught_up(
 ) -> None:
     env = {**env_of(kafka), "KUBECONFIG": kubeconfig, "STRATA_DB_URL": f"sqlite:///{tmp_path / 'cp.db'}"}
     publish(env, (CONFORMANCE / "c01.jsonl").read_text().splitlines()[:30], tmp_path)
-    with started(["bind", "--workers", "1", "--instance", "health-test"], env) as (proc, port):
+    with started(["bind", "--workers", "1", "--instance", "health-test"], env) as (_, port):
         eventually(lambda: _assert_status(port, "/readyz", 200))
         text = eventually(lambda: _dispatched_to(port, 30))
         assert metric(text, "strata_ready", '{component="binder"}') == 1
