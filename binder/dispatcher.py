@@ -30,7 +30,18 @@ from strata.log.config import Settings
 from strata.log.metrics import FOLLOWING
 from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames
 from strata.projector.state import CacheState, FoldConfig
-from strata.schemas import BadRecord, Bind, BindCommand, CodecError, Evict, EvictCommand, LogRecord, decode, encode
+from strata.schemas import (
+    BadRecord,
+    Bind,
+    BindCommand,
+    BindGroup,
+    CodecError,
+    Evict,
+    EvictCommand,
+    LogRecord,
+    decode,
+    encode,
+)
 
 log = logging.getLogger("strata.binder.dispatcher")
 StateAt = Callable[[int], CacheState]
@@ -190,15 +201,18 @@ class Dispatcher:
         self._begin()
         if outcome.result == "applied" and isinstance(record, (Bind, Evict)):
             self._dispatch(record, offset)
+        elif outcome.result == "applied" and isinstance(record, BindGroup):
+            for bind in record.binds:  # one command per pod, each answered by its own outcome record
+                self._dispatch(Bind(bind.pod, bind.node, record.replica, bind.extensions), offset, in_group=True)
         self.next_offset = offset + 1
         self._pending += 1
 
-    def _dispatch(self, record: Bind | Evict, offset: int) -> None:
+    def _dispatch(self, record: Bind | Evict, offset: int, in_group: bool = False) -> None:
         assert self.state is not None and self._producer is not None
         namespace, name = self.state.pod_uids[record.pod]
         if isinstance(record, Bind):
             command: BindCommand | EvictCommand = BindCommand(
-                command_id=f"bind@{offset}",
+                command_id=f"bind@{offset}/{record.pod}" if in_group else f"bind@{offset}",
                 log_offset=offset,
                 pod_uid=record.pod,
                 namespace=namespace,

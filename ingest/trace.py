@@ -17,10 +17,12 @@ from strata.schemas import (
     BadRecord,
     Bind,
     BindFailed,
+    BindGroup,
     BindSucceeded,
     Evict,
     EvictFailed,
     EvictSucceeded,
+    GroupBind,
     LogRecord,
     Synced,
     WatchEvent,
@@ -104,6 +106,8 @@ def record_from_json(value: Any, source: str) -> LogRecord:
     # `isinstance` first: a "type" that is an object or array is unhashable (TypeError, a crash)
     if isinstance(kind, str) and kind in WATCH_OPS:
         return _watch_event(kind, value.get("object"), source)
+    if kind == "BIND_GROUP":
+        return bind_group(value)
     if isinstance(kind, str) and kind in SCHEDULER_RECORDS:
         cls, required, optional = SCHEDULER_RECORDS[kind]
         fields: dict[str, str | int] = {name: _string(value, name, kind) for name in required}
@@ -115,6 +119,23 @@ def record_from_json(value: Any, source: str) -> LogRecord:
             fields[OFFSET_FIELDS[kind]] = origin
         return cls(**fields)
     raise BadLine(f"unknown record type {kind!r}")
+
+
+def bind_group(value: dict[str, Any]) -> BindGroup:
+    """A BIND_GROUP line's record; raises ``BadLine`` unless ``binds`` is a non-empty array of
+    objects each with a string ``pod`` and ``node`` (spec v1.1: the record is bad otherwise)."""
+    binds = value.get("binds")
+    if type(binds) is not list or not binds:
+        raise BadLine("BIND_GROUP needs binds: a non-empty array of {pod, node}")
+    out = []
+    for i, bind in enumerate(binds):
+        if type(bind) is not dict or type(bind.get("pod")) is not str or type(bind.get("node")) is not str:
+            raise BadLine(f"BIND_GROUP bind {i + 1} is not an object with string pod and node")
+        out.append(GroupBind(bind["pod"], bind["node"]))
+    replica = value.get("replica")
+    if replica is not None and type(replica) is not str:
+        raise BadLine("BIND_GROUP replica must be a string")
+    return BindGroup(tuple(out), replica)
 
 
 class Envelope(NamedTuple):

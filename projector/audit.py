@@ -24,6 +24,7 @@ from strata.schemas import (
     BadRecord,
     Bind,
     BindFailed,
+    BindGroup,
     BindSucceeded,
     Evict,
     EvictFailed,
@@ -48,6 +49,7 @@ _SUBJECT_OF_KIND = {
 }
 _VERDICT = {  # the fold's outcome in the words of each scheduler record
     "BIND": {"applied": "admitted", "rejected": "rejected"},
+    "BIND_GROUP": {"applied": "admitted", "rejected": "rejected"},
     "EVICT": {"applied": "applied", "rejected": "rejected"},
     "BIND_FAILED": {"applied": "reverted", "ignored": "ignored"},
     "EVICT_FAILED": {"applied": "reverted", "ignored": "ignored"},
@@ -76,7 +78,7 @@ class AuditEntry(NamedTuple):
     time_ms: int
     record: LogRecord
     outcome: Outcome
-    context: PodContext | None
+    context: PodContext | tuple[PodContext, ...] | None  # a BIND_GROUP's: one per bind
     fields: dict[str, Any] | None  # a pod's watch event: ``pod_fields`` of its object
 
     @property
@@ -92,13 +94,19 @@ class AuditEntry(NamedTuple):
         return describe(self).summary
 
 
-def context(state: CacheState, record: LogRecord) -> PodContext | None:
+def context(state: CacheState, record: LogRecord) -> PodContext | tuple[PodContext, ...] | None:
     """Call before ``state.apply(record)``."""
     if type(record) is WatchEvent:  # most records: the cheapest test first
         return None
+    if type(record) is BindGroup:
+        return tuple(_pod_context(state, b.pod) for b in record.binds)
     uid = getattr(record, "pod", None)
     if uid is None:
         return None
+    return _pod_context(state, uid)
+
+
+def _pod_context(state: CacheState, uid: str) -> PodContext:
     key = state.pod_uids.get(uid)
     task = state.tasks.get(uid)
     if key is None:
@@ -110,7 +118,12 @@ _UNKNOWN_POD = PodContext(None, None, None, "")
 
 
 def entry(
-    offset: int, time_ms: int, record: LogRecord, outcome: Outcome, ctx: PodContext | None, obj: Any
+    offset: int,
+    time_ms: int,
+    record: LogRecord,
+    outcome: Outcome,
+    ctx: PodContext | tuple[PodContext, ...] | None,
+    obj: Any,
 ) -> AuditEntry:
     """Call after ``state.apply(record)``; ``obj`` is ``state.last_object`` for a watch event."""
     if type(record) is WatchEvent and record.kind == "Pod":
@@ -127,7 +140,35 @@ def describe(e: AuditEntry) -> Described:
         return Described("BAD", (), {"error": record.error})
     if isinstance(record, Synced):
         return Described("SYNCED", (), {"kind": record.kind})
-    return _scheduler(record, e.outcome, e.context)
+    if isinstance(record, BindGroup):
+        group = () if e.context is None or isinstance(e.context, PodContext) else e.context
+        return _group(record, e.outcome, group)
+    return _scheduler(record, e.outcome, e.context if isinstance(e.context, PodContext) else None)
+
+
+def _group(record: BindGroup, outcome: Outcome, contexts: tuple[PodContext, ...]) -> Described:
+    """A BIND_GROUP names every pod, job and node of its binds; its verdict is the group's."""
+    binds: list[dict[str, Any]] = []
+    subjects: dict[str, None] = {}  # ordered, without repeats
+    for i, bind in enumerate(record.binds):
+        ctx = contexts[i] if i < len(contexts) else _UNKNOWN_POD
+        shown: dict[str, Any] = {"pod": bind.pod, "node": bind.node}
+        subjects[f"uid:{bind.pod}"] = None
+        if ctx.name is not None:
+            shown.update(namespace=ctx.namespace, name=ctx.name)
+            subjects[f"pod:{ctx.namespace}/{ctx.name}"] = None
+        if ctx.job:
+            subjects[f"job:{ctx.job}"] = None
+        subjects[f"node:{bind.node}"] = None
+        if bind.extensions:
+            shown["extensions"] = dict(bind.extensions)
+        binds.append(shown)
+    summary: dict[str, Any] = {"binds": binds, "outcome": _VERDICT["BIND_GROUP"].get(outcome.result, outcome.result)}
+    if record.replica:
+        summary["replica"] = record.replica
+    if outcome.result in ("rejected", "bad"):
+        summary["reason"] = outcome.reason
+    return Described("BIND_GROUP", tuple(subjects), summary)
 
 
 def _watch(record: WatchEvent, outcome: Outcome, fields: dict[str, Any] | None) -> Described:

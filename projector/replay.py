@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from strata.ingest.trace import SCHEDULER_RECORDS, WATCH_OPS, BadLine, check_watch, offset_field, record_from_json
+from strata.ingest.trace import (
+    SCHEDULER_RECORDS,
+    WATCH_OPS,
+    BadLine,
+    bind_group,
+    check_watch,
+    offset_field,
+    record_from_json,
+)
 from strata.projector.kinds import KINDS
 from strata.projector.state import APPLIED, CacheState, FoldConfig, Outcome
 from strata.schemas import objectjson
@@ -75,6 +83,9 @@ def fold_line(state: CacheState, line: bytes) -> Outcome:
             pod, node, replica = value.get("pod"), value.get("node"), value.get("replica")
             if type(pod) is str and type(node) is str and (replica is None or type(replica) is str):
                 return state.bind(pod, node)
+        elif op == "BIND_GROUP":
+            record = bind_group(value)  # raises BadLine for a malformed one
+            return state.bind_group([(b.pod, b.node) for b in record.binds])
         elif op == "BIND_SUCCEEDED":
             pod, node = value.get("pod"), value.get("node")
             if type(pod) is str and type(node) is str:

@@ -14,6 +14,7 @@ PR #1857).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from strata.log.errors import GapError
@@ -28,6 +29,7 @@ from strata.schemas import (
     BadRecord,
     Bind,
     BindFailed,
+    BindGroup,
     BindSucceeded,
     Evict,
     EvictFailed,
@@ -114,6 +116,8 @@ class CacheState:
             return self.apply_watch(record.op, obj)
         if isinstance(record, Bind):
             return self.bind(record.pod, record.node)
+        if isinstance(record, BindGroup):
+            return self.bind_group([(b.pod, b.node) for b in record.binds])
         if isinstance(record, BindFailed):
             return self.bind_failed(record.pod, record.bind_offset)
         if isinstance(record, Evict):
@@ -132,6 +136,24 @@ class CacheState:
     def bind(self, pod: str, node: str) -> Outcome:
         self.version += 1
         return self._bind(pod, node)
+
+    def bind_group(self, binds: Sequence[tuple[str, str]]) -> Outcome:
+        """BIND_GROUP: every (pod, node) checked as a BIND against what the earlier ones left;
+        all admitted, or the first refusal rejects the record and nothing changes."""
+        self.version += 1
+        taken: dict[str, dict[str, int]] = {}  # node -> what the group's earlier binds take of it
+        placed: set[str] = set()  # pods the group has bound so far: their task would be Binding
+        for i, (pod, node) in enumerate(binds):
+            refusal = self._bind_refusal(pod, node, taken.get(node), pod in placed)
+            if refusal is not None:
+                return Outcome("rejected", f"{refusal} (bind {i + 1} of {len(binds)}, pod {pod})")
+            placed.add(pod)
+            took = taken.setdefault(node, {})
+            for k, v in self.tasks[pod].resreq.items():
+                took[k] = took.get(k, 0) + v
+        for pod, node in binds:
+            self._overlay_binding(pod, node)
+        return APPLIED
 
     def bind_failed(self, pod: str, bind_offset: int | None = None) -> Outcome:
         self.version += 1
@@ -309,24 +331,41 @@ class CacheState:
 
     # ----------------------------------------------------------------------------- scheduler
     def _bind(self, uid: str, node: str) -> Outcome:
+        refusal = self._bind_refusal(uid, node)
+        if refusal is not None:
+            return Outcome("rejected", refusal)
+        self._overlay_binding(uid, node)
+        return APPLIED
+
+    def _bind_refusal(
+        self, uid: str, node: str, taken: dict[str, int] | None = None, binding: bool = False
+    ) -> str | None:
+        """Why a BIND of ``uid`` to ``node`` is rejected (section 6's checks in order), or None.
+        ``taken``: what earlier binds of the same group take of the node; ``binding``: the group
+        has bound this pod already."""
         task = self.tasks.get(uid)
         if task is None or task.job is None:
-            return Outcome("rejected", "no task of a job has this uid")
-        if task.status != PENDING:
-            return Outcome("rejected", f"task is {task.status}, not Pending")
+            return "no task of a job has this uid"
+        status = BINDING if binding else task.status
+        if status != PENDING:
+            return f"task is {status}, not Pending"
         stored = self.nodes.get(node)
         if stored is None:
-            return Outcome("rejected", f"node {node} is not stored")
+            return f"node {node} is not stored"
         allocatable = node_allocatable(stored, self.csinodes.get(node))
         used = self.node_used.get(node) or {}
+        taken = taken or {}
         # In a fixed order, so that the reason names the same resource in every replica (a set's
         # order follows the process's string hashing).
         for k in _fit_order(task.resreq):
-            if task.resreq.get(k, 0) > allocatable.get(k, 0) - used.get(k, 0):
-                return Outcome("rejected", f"{k} does not fit on node {node}")
+            if task.resreq.get(k, 0) > allocatable.get(k, 0) - used.get(k, 0) - taken.get(k, 0):
+                return f"{k} does not fit on node {node}"
+        return None
+
+    def _overlay_binding(self, uid: str, node: str) -> None:
+        task = self.tasks[uid]
         self._set_task(uid, task, kinds.overlaid(task, BINDING, node))
         self.overlays[uid] = (BINDING, self.version - 1)
-        return APPLIED
 
     def _evict(self, uid: str) -> Outcome:
         task = self.tasks.get(uid)

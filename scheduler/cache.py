@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from types import MappingProxyType
 
 from prometheus_client import Counter, Histogram
 
@@ -31,7 +32,7 @@ from strata.projector.state import CacheState, FoldConfig, Outcome
 from strata.scheduler.event_recorder import ApiEventRecorder, job_status_event
 from strata.scheduler.interface import BindContext, BindResult, Cache, EvictResult, JobStatus, QueueStatus
 from strata.scheduler.status_updater import StatusUpdater
-from strata.schemas import Bind, Evict
+from strata.schemas import Bind, BindGroup, Evict, GroupBind
 
 LOG = logging.getLogger("strata.cache")
 ALL_KINDS = tuple(RESOURCES)
@@ -94,7 +95,7 @@ class LogCache:
                 FOLLOWING.applied_entry(entry.offset, entry.timestamp_ms, entry.record)
                 with self._changed:
                     outcome = state.apply_at(entry.offset, entry.record)
-                    if isinstance(entry.record, (Bind, Evict)) and entry.record.replica == self.replica:
+                    if isinstance(entry.record, (Bind, BindGroup, Evict)) and entry.record.replica == self.replica:
                         self._outcomes[entry.offset] = outcome
                     self._snapshot = None
                     state.hashes.tend(state)
@@ -160,20 +161,32 @@ class LogCache:
         return self.add_bind_tasks([bind_context])[0]
 
     def add_bind_tasks(self, bind_contexts: Sequence[BindContext]) -> list[BindResult]:
-        records = [
-            Bind(pod=c.task.uid, node=c.node, replica=self.replica, extensions=dict(c.extensions))
-            for c in bind_contexts
-        ]
-        results = [BindResult(offset, o.result == "applied", o.reason) for offset, o in self._publish(records)]
+        # One record per job: a gang's binds go as one BIND_GROUP, admitted all or nothing.
+        by_job: dict[str | None, list[int]] = {}
+        for i, c in enumerate(bind_contexts):
+            by_job.setdefault(c.task.job, []).append(i)
+        groups = list(by_job.values())
+        records = [self._bind_record([bind_contexts[i] for i in group]) for group in groups]
+        results: list[BindResult] = [BindResult(0, False, "")] * len(bind_contexts)
+        for group, (offset, o) in zip(groups, self._publish(records), strict=True):
+            for i in group:
+                results[i] = BindResult(offset, o.result == "applied", o.reason)
         for r in results:
             BINDS.labels(self.replica, "admitted" if r.admitted else "rejected").inc()
         return results
+
+    def _bind_record(self, contexts: list[BindContext]) -> Bind | BindGroup:
+        if len(contexts) == 1:
+            c = contexts[0]
+            return Bind(pod=c.task.uid, node=c.node, replica=self.replica, extensions=dict(c.extensions))
+        binds = tuple(GroupBind(c.task.uid, c.node, MappingProxyType(dict(c.extensions))) for c in contexts)
+        return BindGroup(binds, replica=self.replica)
 
     def evict(self, task: PodView, reason: str) -> EvictResult:
         ((offset, outcome),) = self._publish([Evict(pod=task.uid, reason=reason, replica=self.replica)])
         return EvictResult(offset, outcome.result == "applied", outcome.reason)
 
-    def _publish(self, records: Sequence[Bind | Evict]) -> list[tuple[int, Outcome]]:
+    def _publish(self, records: Sequence[Bind | BindGroup | Evict]) -> list[tuple[int, Outcome]]:
         reported: dict[int, int] = {}  # record's index -> its offset
         for i, record in enumerate(records):
             self.writer.append(record, on_offset=functools.partial(reported.__setitem__, i))

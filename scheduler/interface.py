@@ -105,7 +105,9 @@ class Cache(Protocol):
         """Publish a BIND with this replica's id; return once the local fold has passed it."""
 
     def add_bind_tasks(self, bind_contexts: Sequence[BindContext]) -> list[BindResult]:
-        """Several binds at once (Volcano binds in batches): one flush, one wait."""
+        """Several binds at once (Volcano binds in batches): one flush, one wait. The binds of one
+        job go as one BIND_GROUP, admitted all or nothing (spec v1.1); each result says its
+        record's verdict."""
 
     def evict(self, task: PodView, reason: str) -> EvictResult:
         """Publish an EVICT; return once the local fold has passed it."""

@@ -18,7 +18,7 @@ from typing import Any, cast
 from fastavro import schemaless_reader, schemaless_writer
 
 from strata.schemas.catalog import Catalog, default_catalog
-from strata.schemas.records import RECORD_CLASSES, Record
+from strata.schemas.records import RECORD_CLASSES, BindGroup, GroupBind, Record
 
 MARKER = b"\xc3\x01"
 HEADER_SIZE = len(MARKER) + 8
@@ -315,11 +315,18 @@ def _construction(cls: type[Record], names: list[str], values: list[str]) -> tup
 
 
 def _as_datum(record: Record) -> dict[str, Any]:
-    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    datum = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    if isinstance(record, BindGroup):  # nested records are dicts to fastavro
+        datum["binds"] = [{"pod": b.pod, "node": b.node, "extensions": b.extensions} for b in record.binds]
+    return datum
 
 
 def _as_record(full_name: str, datum: dict[str, Any]) -> Record:
     cls = RECORD_CLASSES[full_name]
     if "extensions" in datum:
         datum["extensions"] = MappingProxyType(datum["extensions"])
+    if cls is BindGroup:
+        datum["binds"] = tuple(
+            GroupBind(b["pod"], b["node"], MappingProxyType(b["extensions"])) for b in datum["binds"]
+        )
     return cls(**datum)

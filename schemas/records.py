@@ -44,6 +44,25 @@ class Bind:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupBind:
+    """One bind of a BIND_GROUP (not a record of its own)."""
+
+    pod: str
+    node: str
+    extensions: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class BindGroup:
+    """A gang's binds, admitted all or nothing (spec v1.1)."""
+
+    SCHEMA: ClassVar[str] = "strata.log.BindGroup"
+    TYPE: ClassVar[str] = "BIND_GROUP"
+    binds: tuple[GroupBind, ...]
+    replica: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BindFailed:
     SCHEMA: ClassVar[str] = "strata.log.BindFailed"
     TYPE: ClassVar[str] = "BIND_FAILED"
@@ -139,7 +158,18 @@ class Digest:
     fold: str
 
 
-LogRecord = WatchEvent | Bind | BindFailed | Evict | EvictFailed | BindSucceeded | EvictSucceeded | Synced | BadRecord
+LogRecord = (
+    WatchEvent
+    | Bind
+    | BindGroup
+    | BindFailed
+    | Evict
+    | EvictFailed
+    | BindSucceeded
+    | EvictSucceeded
+    | Synced
+    | BadRecord
+)
 """Everything the cache log holds."""
 
 Record = LogRecord | BindCommand | EvictCommand | Digest
@@ -149,6 +179,7 @@ RECORD_CLASSES: dict[str, type[Record]] = {
     for cls in (
         WatchEvent,
         Bind,
+        BindGroup,
         BindFailed,
         Evict,
         EvictFailed,

@@ -9,7 +9,7 @@ from dataclasses import fields
 from typing import Any
 
 from strata.log.cachelog import LogEntry
-from strata.schemas import BadRecord, LogRecord, WatchEvent, objectjson
+from strata.schemas import BadRecord, BindGroup, LogRecord, WatchEvent, objectjson
 
 
 def summarize(entries: Iterable[LogEntry]) -> dict[str, Any]:
@@ -45,6 +45,11 @@ def as_trace_line(record: LogRecord) -> bytes:
             return record.raw  # the original line: still bad, in its place
         return json.dumps({"type": "BAD", "error": record.error, "source": record.source}).encode()
     body: dict[str, Any] = {"type": record.TYPE}
+    if isinstance(record, BindGroup):
+        body["binds"] = [{"pod": b.pod, "node": b.node} for b in record.binds]
+        if record.replica is not None:
+            body["replica"] = record.replica
+        return objectjson.dumps(body)
     for f in fields(record):
         value = getattr(record, f.name)
         if isinstance(value, Mapping):

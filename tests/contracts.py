@@ -252,8 +252,20 @@ class CacheContract:
         assert cache.wait_for_cache_sync(stop)
         tasks = cache.snapshot().tasks
         results = cache.add_bind_tasks([BindContext(tasks[f"u-j0-p{i}"], "n0") for i in range(3)])
-        assert [r.admitted for r in results] == [True, True, False]
-        assert "does not fit" in results[2].reason
+        # one job's binds are one BIND_GROUP: the third does not fit, so none is admitted
+        assert [r.admitted for r in results] == [False, False, False]
+        assert len({r.offset for r in results}) == 1
+        assert "does not fit" in results[0].reason and "bind 3 of 3" in results[0].reason
+        assert {t.status for t in cache.snapshot().tasks.values()} == {TaskStatus.PENDING}
+
+    def test_each_jobs_binds_are_admitted_or_rejected_whole(self, cache_of: Any, stop: threading.Event) -> None:
+        cache: Cache = cache_of(small_cluster(nodes=1, jobs=2, per_job=2, cpu="1"), stop)  # 4 x 1 cpu, 4 cpu
+        assert cache.wait_for_cache_sync(stop)
+        tasks = cache.snapshot().tasks
+        contexts = [BindContext(tasks[f"u-j{j}-p{i}"], "n0") for j in range(2) for i in range(2)]
+        results = cache.add_bind_tasks(contexts)
+        assert [r.admitted for r in results] == [True] * 4
+        assert results[0].offset == results[1].offset != results[2].offset == results[3].offset
 
     def test_evict_answers_with_the_folds_verdict(self, cache_of: Any, stop: threading.Event) -> None:
         cache: Cache = cache_of(small_cluster(nodes=1, jobs=1, per_job=2), stop)

@@ -12,6 +12,7 @@ from strata.schemas import (
     Bind,
     BindCommand,
     BindFailed,
+    BindGroup,
     BindSucceeded,
     Catalog,
     CodecError,
@@ -21,6 +22,7 @@ from strata.schemas import (
     EvictCommand,
     EvictFailed,
     EvictSucceeded,
+    GroupBind,
     MalformedBody,
     NotSingleObject,
     Synced,
@@ -50,6 +52,8 @@ ONE_OF_EACH = [
     WatchEvent(op="DELETED", api_version="v1", kind="Node", name="n1", source="trace/x:3", object=b"{}"),
     Bind(pod="u1", node="n1", replica="r1"),
     Bind(pod="u1", node="n1"),
+    BindGroup(binds=(GroupBind("u1", "n1"), GroupBind("u2", "n2", MappingProxyType({"k": "v"}))), replica="r1"),
+    BindGroup(binds=(GroupBind("u1", "n1"),)),
     BindFailed(pod="u1", reason="node gone"),
     Evict(pod="u1", reason="preempted", replica="r2"),
     EvictFailed(pod="u1"),
@@ -203,6 +207,10 @@ def test_every_current_schema_has_a_generated_reader(record):
     from strata.schemas import codec
 
     reader = codec._fast_reader(encode(record), default_catalog())
+    if isinstance(record, BindGroup):
+        # arrays of records are left to fastavro: a BIND_GROUP is one per gang, not per pod event
+        assert reader is None and decode(encode(record)) == record
+        return
     assert reader is not None and reader.record is not None
     assert reader.record(encode(record)) == record
 

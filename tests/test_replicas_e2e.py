@@ -21,7 +21,7 @@ from strata.log.cachelog import CacheLogReader
 from strata.log.config import Settings
 from strata.projector.kinds import FoldConfig, node_allocatable
 from strata.projector.state import CacheState
-from strata.schemas import Bind, BindFailed, BindSucceeded
+from strata.schemas import Bind, BindFailed, BindGroup, BindSucceeded
 from tests.test_cli import STRATA
 from tests.test_kafka_cli import env_of
 
@@ -138,13 +138,16 @@ def test_three_replicas_bind_500_pods_exactly_once(cluster: tuple[Settings, Kube
     for entry in CacheLogReader(settings).read():
         outcome = state.apply(entry.record)
         record = entry.record
-        if isinstance(record, Bind):
-            if outcome.result == "applied":
-                admitted[record.pod] += 1
-                placed[record.pod] = record.node
-                by_replica[record.replica or ""] += 1
-            else:
-                rejected.append(outcome.reason)
+        binds = [(record.pod, record.node)] if isinstance(record, Bind) else []
+        if isinstance(record, BindGroup):
+            binds = [(b.pod, b.node) for b in record.binds]
+        if binds and outcome.result == "applied":
+            for pod, node in binds:
+                admitted[pod] += 1
+                placed[pod] = node
+                by_replica[getattr(record, "replica", None) or ""] += 1
+        elif binds:
+            rejected.append(outcome.reason)
         elif isinstance(record, BindSucceeded):
             succeeded[record.pod] += 1
         assert not isinstance(record, BindFailed), record

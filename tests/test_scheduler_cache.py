@@ -19,7 +19,7 @@ from strata.projector.state import CacheState
 from strata.scheduler.cache import ALL_KINDS, LogCache
 from strata.scheduler.gang import plan, run_cycle
 from strata.scheduler.interface import BindContext, Cache
-from strata.schemas import Bind
+from strata.schemas import Bind, BindGroup
 from tests.contracts import CacheContract
 
 pytestmark = pytest.mark.kafka
@@ -113,10 +113,13 @@ def test_replicas_racing_for_the_same_nodes_never_double_book(kafka: Settings, t
     reader = CacheLogReader(kafka)
     for entry in reader.read():
         outcome = state.apply(entry.record)
-        if isinstance(entry.record, Bind):
+        assert not isinstance(entry.record, Bind), "a gang's binds go as one BIND_GROUP"
+        if isinstance(entry.record, BindGroup):
+            assert len(entry.record.binds) == 4  # the whole gang, never part of it
             if outcome.result == "applied":
-                assert entry.record.pod not in admitted, "a task admitted twice"
-                admitted[entry.record.pod] = entry.record.replica
+                for bind in entry.record.binds:
+                    assert bind.pod not in admitted, "a task admitted twice"
+                    admitted[bind.pod] = entry.record.replica
             else:
                 rejected.append(outcome.reason)
         for name, n in state.nodes.items():  # at no offset does a node hold more than it has
