@@ -1,7 +1,8 @@
 # Sourced by the README's two commands: everything a fresh machine needs, idempotently.
 # A Python 3.11+ venv with Strata installed, a JDK and Maven (Kafka's jars come from Maven
-# Central on first use and are cached under ~/.cache/strata), and PostgreSQL's binaries (the
-# local stack runs its own server on port 15432 for the tests of the SQL checkpoint store).
+# Central on first use and are cached under ~/.cache/strata), PostgreSQL's binaries (the
+# local stack runs its own server on port 15432 for the tests of the SQL checkpoint store) and
+# Prometheus' (its own server on port 19090 scrapes the stack's processes in the tests).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,11 +13,11 @@ have() {  # have COMMAND, or have '/a/glob/of/a/file'
   esac
 }
 
-need_package() {  # need_package COMMAND_OR_PATH_GLOB DEBIAN_PACKAGE
+need_package() {  # need_package COMMAND_OR_PATH_GLOB DEBIAN_PACKAGE [APT-GET OPTION...]
   have "$1" && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing $2 (for $1)" >&2
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${@:3}" "$2" >/dev/null
   else
     echo "strata: $1 is needed; install the Debian package $2" >&2
     exit 1
@@ -31,6 +32,21 @@ if ! have '/usr/lib/postgresql/*/bin/initdb' && [ "$(id -u)" = 0 ]; then
   sed -i 's/^#\?\s*create_main_cluster\s*=.*/create_main_cluster = false/' /etc/postgresql-common/createcluster.conf
 fi
 need_package '/usr/lib/postgresql/*/bin/initdb' postgresql
+
+keep_service_off() {  # keep_service_off NAME: a package's own server; the local stack runs its own
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now "$1" >/dev/null 2>&1 || true
+  else  # no systemd running: the package's SysV script may have started it
+    if [ -x "/etc/init.d/$1" ]; then "/etc/init.d/$1" stop >/dev/null 2>&1 || true; fi
+    # offline, this disables the SysV links and the systemd unit both, for whichever boots next
+    systemctl disable "$1" >/dev/null 2>&1 || update-rc.d "$1" disable >/dev/null 2>&1 || true
+  fi
+}
+if ! have prometheus; then
+  # without the recommended node exporter: nothing here scrapes the machine itself
+  need_package prometheus prometheus --no-install-recommends
+  keep_service_off prometheus  # it would scrape itself on port 9090 for good
+fi
 
 PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "strata: Python 3.11+ is needed" >&2; exit 1; }

@@ -103,3 +103,20 @@ def kubeconfig() -> str:
     from strata.devstack import Stack
 
     return Stack(Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata")).up_kube()["KUBECONFIG"]
+
+
+@pytest.fixture(scope="session")
+def prometheus() -> tuple[str, Path]:
+    """The URL of the stack's Prometheus and the data directory whose target files it reads:
+    STRATA_PROMETHEUS_URL and STRATA_DATA_DIR when set (`eval "$(strata dev up)"`), else the
+    local one, started if need be."""
+    data_dir = Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata")
+    if os.environ.get("STRATA_PROMETHEUS_URL"):
+        return os.environ["STRATA_PROMETHEUS_URL"], data_dir
+    from strata.devstack.prometheus import PrometheusServer
+
+    server = PrometheusServer(data_dir)
+    if not server.installed():
+        pytest.skip("Prometheus is not installed (scripts/bootstrap.sh installs the Debian package)")
+    server.up(log=lambda _msg: None)
+    return server.url, data_dir

@@ -38,7 +38,11 @@ def test_dev_up_is_idempotent_and_status_tells(broker: Settings):
 
 def test_dev_status_of_a_stack_that_never_ran(tmp_path):
     out = run("dev", "status", "--data-dir", str(tmp_path), "--kafka-port", "29092")
-    assert out.returncode == 3 and out.stdout.splitlines() == ["kafka: stopped", "postgres: stopped"]
+    assert out.returncode == 3 and out.stdout.splitlines() == [
+        "kafka: stopped",
+        "postgres: stopped",
+        "prometheus: stopped",
+    ]
 
 
 def test_demo_publishes_reads_back_and_summarizes(broker: Settings):

@@ -1,8 +1,10 @@
 """The local stack for development, tests and the demo: what `strata dev up` starts.
 
 Each service is started once and reused while it runs, so `strata dev up` is idempotent and
-cheap; `strata dev down` stops everything. PostgreSQL is optional: it starts when its binaries
-are installed; SQLite stays the default checkpoint store, so only STRATA_PG_URL points at it.
+cheap; `strata dev down` stops everything. PostgreSQL and Prometheus are optional: each starts
+when its binaries are installed; SQLite stays the default checkpoint store, so only STRATA_PG_URL
+points at PostgreSQL. One `up` or `down` runs at a time per data directory (a file lock); a server
+of the data directory found running without its pid file is adopted (``process.LocalServer``).
 The Kubernetes control plane (etcd and kube-apiserver, built from Go modules on first use) starts
 only when asked for (``up(kube=True)``, `strata dev up --kube`); the stack exports KUBECONFIG then.
 """
@@ -17,6 +19,8 @@ from strata.devstack.apiserver import KubeAPIServer, apply_crds
 from strata.devstack.etcd import EtcdServer
 from strata.devstack.kafka import KafkaBroker
 from strata.devstack.postgres import PostgresServer
+from strata.devstack.process import LocalServer, data_dir_lock
+from strata.devstack.prometheus import PrometheusServer
 
 NOT_INSTALLED = "not installed"
 # A control plane that was set up here but is not running: not "stopped" (exit 3 of `strata dev
@@ -35,6 +39,7 @@ class Stack:
     postgres_port: int = 15432
     etcd_port: int = 12379
     kube_port: int = 16443
+    prometheus_port: int = 19090
 
     @property
     def kafka(self) -> KafkaBroker:
@@ -52,48 +57,61 @@ class Stack:
     def apiserver(self) -> KubeAPIServer:
         return KubeAPIServer(self.data_dir, self.kube_port, etcd_url=self.etcd.url)
 
+    @property
+    def prometheus(self) -> PrometheusServer:
+        return PrometheusServer(self.data_dir, self.prometheus_port)
+
     def up(self, kube: bool = False) -> dict[str, str]:
         """Start (or reuse) every service; returns the environment that points at them.
 
         With ``kube``, also the Kubernetes control plane (``up_kube``) and KUBECONFIG."""
-        _log(self.kafka.up(log=_log))
-        env = {"STRATA_KAFKA_BOOTSTRAP": self.kafka.bootstrap, "STRATA_DATA_DIR": str(self.data_dir.resolve())}
-        if self.postgres.installed():
-            _log(self.postgres.up(log=_log))
-            env["STRATA_PG_URL"] = self.postgres.url
-        if kube:
-            env.update(self.up_kube())
-        return env
+        with data_dir_lock(self.data_dir, _log):
+            _log(self.kafka.up(log=_log))
+            env = {"STRATA_KAFKA_BOOTSTRAP": self.kafka.bootstrap, "STRATA_DATA_DIR": str(self.data_dir.resolve())}
+            if self.postgres.installed():
+                _log(self.postgres.up(log=_log))
+                env["STRATA_PG_URL"] = self.postgres.url
+            if self.prometheus.installed():
+                _log(self.prometheus.up(log=_log))
+                env["STRATA_PROMETHEUS_URL"] = self.prometheus.url
+            if kube:
+                env.update(self.up_kube())
+            return env
 
     def up_kube(self) -> dict[str, str]:
         """Start (or reuse) etcd and kube-apiserver, building them first when the cache lacks them,
         and apply Strata's CRDs; returns {"KUBECONFIG": the admin kubeconfig}."""
-        _log(self.etcd.up(log=_log))
-        _log(self.apiserver.up(log=_log))
-        crds = apply_crds(self.apiserver.kubeconfig)
-        _log(f"CRDs established: {', '.join(crds)}")
-        return {"KUBECONFIG": str(self.apiserver.kubeconfig)}
+        with data_dir_lock(self.data_dir, _log):
+            _log(self.etcd.up(log=_log))
+            _log(self.apiserver.up(log=_log))
+            crds = apply_crds(self.apiserver.kubeconfig)
+            _log(f"CRDs established: {', '.join(crds)}")
+            return {"KUBECONFIG": str(self.apiserver.kubeconfig)}
 
     def down(self) -> list[str]:
         # in the order of _servers: the API server before its storage
-        return [name for name, server in self._servers() if server.down()]
+        with data_dir_lock(self.data_dir, _log):
+            return [name for name, server in self._servers() if server.down()]
 
-    def _servers(self) -> list[tuple[str, KubeAPIServer | EtcdServer | KafkaBroker | PostgresServer]]:
+    def _servers(self) -> list[tuple[str, LocalServer]]:
         return [
             ("kube-apiserver", self.apiserver),
             ("etcd", self.etcd),
             ("kafka", self.kafka),
             ("postgres", self.postgres),
+            ("prometheus", self.prometheus),
         ]
 
     def purge(self) -> str:
         """Delete the stopped stack's data: the broker's log directories, PostgreSQL's cluster,
-        etcd's member directory and the control plane's certificates and kubeconfig."""
+        etcd's member directory, the control plane's certificates and kubeconfig, and
+        Prometheus' storage and target files."""
         import shutil
 
         homes = [server.home for _, server in self._servers()]
-        for home in homes:
-            shutil.rmtree(home, ignore_errors=True)
+        with data_dir_lock(self.data_dir, _log):
+            for home in homes:
+                shutil.rmtree(home, ignore_errors=True)
         return ", ".join(map(str, homes))
 
     def kube_set_up(self) -> bool:
@@ -103,11 +121,8 @@ class Stack:
     def status(self) -> dict[str, str]:
         kafka = self.kafka.running()
         status = {"kafka": f"running (pid {kafka.pid}) at {self.kafka.bootstrap}" if kafka else "stopped"}
-        postgres = self.postgres.running()
-        if postgres is not None:
-            status["postgres"] = f"running (pid {postgres.pid}) at 127.0.0.1:{self.postgres.port}"
-        else:
-            status["postgres"] = "stopped" if self.postgres.installed() else NOT_INSTALLED
+        status["postgres"] = _optional(self.postgres, f"127.0.0.1:{self.postgres.port}")
+        status["prometheus"] = _optional(self.prometheus, self.prometheus.url)
         if self.kube_set_up():
             etcd = self.etcd.running()
             status["etcd"] = f"running (pid {etcd.pid}) at {self.etcd.url}" if etcd else NOT_RUNNING
@@ -118,3 +133,11 @@ class Stack:
                 else NOT_RUNNING
             )
         return status
+
+
+def _optional(server: PostgresServer | PrometheusServer, address: str) -> str:
+    """The status of a server that starts only where its package is installed."""
+    state = server.running()
+    if state is not None:
+        return f"running (pid {state.pid}) at {address}"
+    return "stopped" if server.installed() else NOT_INSTALLED

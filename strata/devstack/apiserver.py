@@ -63,6 +63,8 @@ AUDIT_POLICY = {
 @dataclass(frozen=True)
 class KubeAPIServer(process.LocalServer):
     HOME = "kube"
+    WHAT = "kube-apiserver"
+    UP_TIMEOUT_S = 120.0
     port: int = 16443
     etcd_url: str = "http://127.0.0.1:12379"
 
@@ -108,15 +110,31 @@ class KubeAPIServer(process.LocalServer):
         except (OSError, urllib.error.URLError, ssl.SSLError):
             return False
 
-    def up(self, log: Log = print, timeout_s: float = 120.0) -> str:
+    @property
+    def signature(self) -> process.Signature:
+        return process.Signature("kube-apiserver", str(self.pki / "apiserver.crt"))
+
+    @staticmethod
+    def _configuration(version: str, flags: list[str], audit_policy: str) -> str:
+        # what it runs, not where this machine caches the binary (a stable digest everywhere)
+        return process.configuration_of([version, *flags], audit_policy)
+
+    def running_config(self, argv: list[str]) -> str:
+        try:
+            audit_policy = (self.home / "audit-policy.yaml").read_text()
+        except OSError:
+            return ""
+        version = Path(argv[0]).name.removeprefix(f"{build.KUBE_APISERVER.name}-")
+        return self._configuration(version, argv[1:], audit_policy)
+
+    def _up(self, log: Log, timeout_s: float) -> str:
         """Start kube-apiserver (building it first if need be), or reuse the running one; says which.
 
         etcd must run at ``etcd_url``. Writes the admin kubeconfig; does not apply the CRDs
         (``apply_crds`` does)."""
         version = build.KUBE_APISERVER.version
-        # what it runs, not where this machine caches the binary (a stable digest everywhere)
-        config = process.configuration_of([version, *self._flags()], yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
-        state = self.running()
+        config = self._configuration(version, self._flags(), yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+        state = self.running(log)
         restarted = False
         if state is not None:
             if state.port != self.port:
@@ -129,8 +147,7 @@ class KubeAPIServer(process.LocalServer):
             log(f"kube-apiserver (pid {state.pid}) runs with another configuration than this version's: restarting it")
             self.down()
             restarted = True
-        if process.port_open(self.port):
-            raise StrataError(f"port {self.port} is in use by another process")
+        self.check_ports_free()
         if not etcd.healthy(self.etcd_url):
             raise StrataError(f"kube-apiserver needs etcd, which does not answer at {self.etcd_url}")
         exe = build.ensure(build.KUBE_APISERVER, log)
@@ -141,7 +158,7 @@ class KubeAPIServer(process.LocalServer):
             [str(exe), *self._flags()],
             self.log_path,
             self.state_path,
-            marker=str(self.pki / "apiserver.crt"),
+            marker=self.signature.marker,
             port=self.port,
             cwd=self.home,
             config=config,
@@ -151,9 +168,6 @@ class KubeAPIServer(process.LocalServer):
         took = time.monotonic() - started
         how = "restarted with a new configuration" if restarted else "started"
         return f"kube-apiserver {version} {how} in {took:.1f} s (pid {state.pid}) at {self.url}"
-
-    def down(self) -> bool:
-        return process.stop(self.state_path)
 
     def _flags(self) -> list[str]:
         pki = self.pki

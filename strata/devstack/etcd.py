@@ -32,6 +32,7 @@ def healthy(url: str) -> bool:
 @dataclass(frozen=True)
 class EtcdServer(process.LocalServer):
     HOME = "etcd"
+    WHAT = "etcd"
     port: int = 12379  # clients; the peer port is the next one
 
     @property
@@ -49,17 +50,23 @@ class EtcdServer(process.LocalServer):
     def ready(self) -> bool:
         return process.port_open(self.port) and healthy(self.url)
 
-    def up(self, log: Log = print, timeout_s: float = 60.0) -> str:
+    @property
+    def signature(self) -> process.Signature:
+        return process.Signature("etcd", str(self.member_dir))
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.port, self.peer_port)
+
+    def _up(self, log: Log, timeout_s: float) -> str:
         """Start etcd (building it first if need be), or reuse the running one; says which."""
-        state = self.running()
+        state = self.running(log)
         if state is not None:
             if state.port != self.port:
                 raise StrataError(f"an etcd of this data directory already runs on port {state.port}")
             process.wait_until(self.ready, "etcd", timeout_s, state, self.log_path)
             return f"etcd {build.ETCD.version} already running (pid {state.pid}) at {self.url}"
-        for port in (self.port, self.peer_port):
-            if process.port_open(port):
-                raise StrataError(f"port {port} is in use by another process (etcd needs {self.port} and {port + 1})")
+        self.check_ports_free(f"; etcd needs {self.port} and {self.peer_port}")
         exe = build.ensure(build.ETCD, log)
         self.home.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
@@ -79,13 +86,10 @@ class EtcdServer(process.LocalServer):
             ],
             self.log_path,
             self.state_path,
-            marker=str(self.member_dir),
+            marker=self.signature.marker,
             port=self.port,
             cwd=self.home,
         )
         process.wait_until(self.ready, "etcd", timeout_s, state, self.log_path)
         took = time.monotonic() - started
         return f"etcd {build.ETCD.version} started in {took:.1f} s (pid {state.pid}) at {self.url}"
-
-    def down(self) -> bool:
-        return process.stop(self.state_path)

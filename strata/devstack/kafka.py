@@ -17,8 +17,6 @@ is restarted once (its data stays), which is how an existing install gets a new 
 from __future__ import annotations
 
 import base64
-import contextlib
-import fcntl
 import os
 import re
 import secrets
@@ -27,7 +25,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -87,6 +85,11 @@ def jvm_command(home: Path, libs: Path) -> list[str]:
         "-cp",
         f"{libs}/*",
     ]
+
+
+def _configuration(version: str, jvm_opts: list[str], properties: str, log4j: str) -> str:
+    # what it runs, not where this machine keeps java and the jars (a stable digest everywhere)
+    return process.configuration_of([version, *jvm_opts], properties, log4j)
 
 
 def new_cluster_id() -> str:
@@ -157,17 +160,15 @@ def java() -> str:
 
 
 @dataclass(frozen=True)
-class KafkaBroker:
-    data_dir: Path
+class KafkaBroker(process.LocalServer):
+    HOME = "kafka"
+    WHAT = "Kafka"
+    UP_TIMEOUT_S = 90.0
     port: int = 19092
 
     @property
     def controller_port(self) -> int:
         return self.port + 1
-
-    @property
-    def home(self) -> Path:
-        return self.data_dir.resolve() / "kafka"
 
     @property
     def secure_port(self) -> int:
@@ -227,9 +228,23 @@ class KafkaBroker:
     def log_path(self) -> Path:
         return self.home / "broker.log"
 
-    def running(self) -> process.ProcessState | None:
-        state = process.read_state(self.state_path)
-        return state if process.alive(state) else None
+    @property
+    def signature(self) -> process.Signature:
+        return process.Signature("java", str(self.home / "server.properties"), also=("kafka.Kafka",))
+
+    @property
+    def ports(self) -> tuple[int, ...]:
+        return (self.port, self.controller_port, self.secure_port)
+
+    def running_config(self, argv: list[str]) -> str:
+        classpath = argv[argv.index("-cp") + 1] if "-cp" in argv[:-1] else ""
+        version = re.search(r"kafka-([^/]+)/libs/\*$", classpath)
+        try:
+            files = (Path(argv[-1]).read_text(), (self.home / "log4j2.properties").read_text())
+        except OSError:
+            return ""
+        # as _up computes it: JVM_OPTS come first on the command line (jvm_command)
+        return _configuration(version.group(1) if version else "", argv[1 : 1 + len(JVM_OPTS)], *files)
 
     def ready(self) -> bool:
         if not process.port_open(self.port):
@@ -241,29 +256,17 @@ class KafkaBroker:
         except Exception:
             return False
 
-    def up(self, log: Log = print, timeout_s: float = 90.0) -> str:
+    def _up(self, log: Log, timeout_s: float) -> str:
         """Start the broker, or reuse the running one; says which.
 
         A running broker whose configuration differs from what this version writes (a new
         listener, say) is restarted with the new one; its data stays."""
         self.home.mkdir(parents=True, exist_ok=True)
-        with self._lock():
-            return self._up(log, timeout_s)
-
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        """One `up` at a time per data directory: two would make two CAs or restart twice."""
-        with open(self.home / "up.lock", "ab") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
-
-    def _up(self, log: Log, timeout_s: float) -> str:
         self._ensure_pki(log)
         properties = self._server_properties()
-        # what it runs, not where this machine keeps java and the jars (a stable digest everywhere)
-        config = process.configuration_of([kafka_version(), *JVM_OPTS], properties, _LOG4J.read_text())
+        config = _configuration(kafka_version(), JVM_OPTS, properties, _LOG4J.read_text())
         restarted = ""
-        state = self.running()
+        state = self.running(log)
         if state is not None:
             if state.port != self.port:
                 raise StrataError(f"a broker of this data directory already runs on port {state.port}")
@@ -274,9 +277,7 @@ class KafkaBroker:
             log(f"Kafka's configuration changed ({self.home / 'server.properties'}): restarting the broker")
             self.down()
             restarted = " (restarted: configuration changed)"
-        for port in (self.port, self.controller_port, self.secure_port):
-            if process.port_open(port):
-                raise StrataError(f"port {port} is in use by another process; choose another with --kafka-port")
+        self.check_ports_free("; choose another with --kafka-port")
         (self.home / "log4j2.properties").write_text(_LOG4J.read_text())
         _write_secret(self.home / "server.properties", properties)  # it holds the keystore password
         jvm = jvm_command(self.home, ensure_jars(log))
@@ -288,7 +289,7 @@ class KafkaBroker:
             argv,
             self.log_path,
             self.state_path,
-            marker=str(self.home / "server.properties"),
+            marker=self.signature.marker,
             port=self.port,
             cwd=self.home,
             config=config,
@@ -297,9 +298,6 @@ class KafkaBroker:
         self._ensure_scram(log)
         took = time.monotonic() - started
         return f"kafka {kafka_version()} started in {took:.1f} s (pid {state.pid}) at {self.bootstrap}{restarted}"
-
-    def down(self) -> bool:
-        return process.stop(self.state_path)
 
     def _ensure_pki(self, log: Log) -> None:
         """The CA, the server's certificate and PKCS12 keystore, and the passwords, once."""

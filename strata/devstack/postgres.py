@@ -64,6 +64,7 @@ def _as_server_user(argv: list[str], *, execs: bool = False) -> list[str]:
 @dataclass(frozen=True)
 class PostgresServer(process.LocalServer):
     HOME = "postgres"
+    WHAT = "PostgreSQL"
     port: int = 15432
 
     @property
@@ -92,9 +93,14 @@ class PostgresServer(process.LocalServer):
         except psycopg.Error:
             return False
 
-    def up(self, log: Log = print, timeout_s: float = 60.0) -> str:
+    @property
+    def signature(self) -> process.Signature:
+        # the postmaster: setpriv execs it in place; its children rewrite their command lines
+        return process.Signature("postgres", str(self.pgdata))
+
+    def _up(self, log: Log, timeout_s: float) -> str:
         """Start the server, or reuse the running one; says which."""
-        state = self.running()
+        state = self.running(log)
         if state is not None:
             if state.port != self.port:
                 raise StrataError(f"a PostgreSQL of this data directory already runs on port {state.port}")
@@ -104,8 +110,7 @@ class PostgresServer(process.LocalServer):
         bin_ = bindir()
         if bin_ is None:
             raise StrataError("PostgreSQL is not installed; install the Debian package postgresql")
-        if process.port_open(self.port):
-            raise StrataError(f"port {self.port} is in use by another process")
+        self.check_ports_free()
         started = time.monotonic()
         if not (self.pgdata / "PG_VERSION").exists():
             self._initdb(bin_, log)
@@ -126,7 +131,7 @@ class PostgresServer(process.LocalServer):
             ),
             self.log_path,
             self.state_path,
-            marker=str(self.pgdata),
+            marker=self.signature.marker,
             port=self.port,
             cwd=self.home,
         )
@@ -135,7 +140,7 @@ class PostgresServer(process.LocalServer):
         took = time.monotonic() - started
         return f"postgres started in {took:.1f} s (pid {state.pid}) at 127.0.0.1:{self.port}"
 
-    def down(self) -> bool:
+    def _stop(self) -> bool:
         state = self.running()
         if state is not None:
             # SIGINT is PostgreSQL's "fast" shutdown; SIGTERM ("smart") would wait for every client
