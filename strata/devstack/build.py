@@ -1,4 +1,5 @@
-"""etcd and kube-apiserver for the local stack, built from Go modules and cached by version.
+"""etcd and kube-apiserver for the local stack, and helm for the chart's tests, built from Go
+modules and cached by version.
 
 Each binary has a small wrapper module in ``strata/devstack/go/<name>/`` (go.mod, go.sum and a
 tools.go that imports the main package), committed so a build needs neither ``go mod tidy`` nor
@@ -76,11 +77,29 @@ class GoBinary:
             }
             for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
                 flags += [f"-X {pkg}.{key}={value}" for key, value in values.items()]
+        if self.name == "helm":
+            flags += _helm_ldflags(self)
         return " ".join(flags)
 
 
 ETCD = GoBinary("etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3")
 KUBE_APISERVER = GoBinary("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes")
+HELM = GoBinary("helm", "helm.sh/helm/v3/cmd/helm", "helm.sh/helm/v3")
+
+
+def _helm_ldflags(binary: GoBinary) -> list[str]:
+    # what helm's Makefile sets: without them `helm version` says v3.NN and `helm template` assumes
+    # Kubernetes 1.20 (.Capabilities.KubeVersion) instead of the client-go it was built with
+    gomod = (binary.wrapper / "go.mod").read_text()
+    m = re.search(r"^\s*k8s\.io/client-go\s+v0\.(\d+)\.", gomod, re.M)
+    assert m, f"go/{binary.name}/go.mod does not require k8s.io/client-go"
+    flags = [
+        f"-X helm.sh/helm/v3/internal/version.{key}={value}"
+        for key, value in (("version", binary.version), ("gitTreeState", "clean"))
+    ]
+    for pkg in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+        flags += [f"-X {pkg}.k8sVersionMajor=1", f"-X {pkg}.k8sVersionMinor={m.group(1)}"]
+    return flags
 
 
 def bin_dir() -> Path:
@@ -90,7 +109,7 @@ def bin_dir() -> Path:
 def go() -> str:
     exe = shutil.which("go") or (str(GO_FALLBACK) if GO_FALLBACK.exists() else None)
     if exe is None:
-        raise StrataError("Go (the go command) is needed once to build etcd and kube-apiserver; install Go 1.26+")
+        raise StrataError("Go (the go command) is needed once to build etcd, kube-apiserver and helm; install Go 1.26+")
     return exe
 
 
