@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,8 +85,13 @@ class KubeApi:
     def __init__(self, kubeconfig: str | None = None, pool_size: int | None = None) -> None:
         configuration = client.Configuration()
         try:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        except Exception as exc:  # the loader raises several types for a missing or bad file
+            if kubeconfig is None and not os.environ.get("KUBECONFIG") and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                # in a pod with no kubeconfig: its ServiceAccount, whose rotated token the
+                # in-cluster loader reads again as it changes
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except Exception as exc:  # the loaders raise several types for a missing or bad file
             raise StrataError(f"cannot load kubeconfig {kubeconfig or '(default)'}: {exc}") from exc
         if pool_size is not None:
             # urllib3 keeps this many connections per host; the default (5 x CPUs) would make a
