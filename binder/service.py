@@ -22,7 +22,7 @@ from strata.binder.evictor import EvictAction, Mode
 from strata.binder.worker import CommandWorker, Stage, WorkSpec, stages
 from strata.kubeapi import KubeApi
 from strata.log.config import Settings
-from strata.log.topics import Work
+from strata.log.topics import Work, require_topics, work_topics
 from strata.projector.state import FoldConfig
 from strata.schemas import BindCommand, BindFailed, BindSucceeded, EvictCommand, EvictFailed, EvictSucceeded
 
@@ -83,6 +83,7 @@ class Service:
         return BindAction(api) if self.work == "bind" else EvictAction(api, self.mode)
 
     def start(self) -> None:
+        require_topics(self.settings, work_topics(self.settings, self.work))  # missing: one line now, not a silent wait
         spec = SPECS[self.work]
         api = KubeApi(self.settings.kubeconfig, pool_size=self.threads * 2)
         action = self.action(api)

@@ -27,6 +27,8 @@ def publish_trace(settings: Settings, path: Path, progress: Callable[[int], None
     quarantine = TopicNames(settings.topic_prefix).quarantine
     report = IngestReport()
     for line in read_trace(path):
+        if not report.records:  # after the trace is read, so that a bad path is told before Kafka is asked
+            writer.require(quarantine)
         writer.append(line.record)
         report.records += 1
         if isinstance(line.record, BadRecord):

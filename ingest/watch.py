@@ -226,6 +226,7 @@ class Ingest:
         self.stop = threading.Event()
         self.api = KubeApi(settings.kubeconfig)
         self.writer = CacheLogWriter(settings)
+        self.writer.require()  # a missing topic is one line now, not an adapter thread's late failure
         memory = memory_from_log(CacheLogReader(settings), names)
         self.adapters = [KindAdapter(RESOURCES[k], self.api, self.writer, memory[k], self.stop) for k in names]
         self.errors: list[BaseException] = []

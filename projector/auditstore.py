@@ -1,8 +1,9 @@
 """The audit index in SQL, beside the checkpoints (same database, same migrations).
 
 ``strata project`` writes it as it folds (in the forked writer, off the fold's path); ``strata
-history`` and ``strata story`` read it, so a subject's history on a long log is an index lookup
-and a few blocks decompressed, not a scan of the log.
+history`` and ``strata story`` read it (after bringing it up to the log's end the same way, when
+it lags), so a subject's history on a long log is an index lookup and a few blocks decompressed,
+not a scan of the log.
 
 Storage, about 50 bytes a record in SQLite and 140 in PostgreSQL (a summary row and a row per
 subject took 870 and 1,300):

@@ -15,17 +15,21 @@ output_choice = click.option("--output", "-o", type=click.Choice(["table", "json
 
 
 def _index(settings: Settings, fold: Any) -> tuple[Any, Any]:
+    """The runner and the audit index, the index brought up to the log's end as of now."""
+    from strata.history import catch_up
     from strata.projector.auditstore import AuditIndex
 
     runner = log_runner(settings, fold)
     index = AuditIndex(runner.store.engine)
     indexed, end = index.indexed_to(runner.identity), runner.reader.end_offset()
     if indexed < end:
+        # said first: on a long log with no projector running, the catch-up takes a while
         click.echo(
-            f"strata: the audit index covers offsets below {indexed}; the log has {end} records "
-            "(`strata project` keeps it up to date)",
+            f"strata: indexing offsets {indexed} to {end - 1} of the cache log first "
+            "(`strata project` keeps the audit index up to date)",
             err=True,
         )
+        catch_up(runner, index, end)
     return runner, index
 
 
@@ -59,7 +63,7 @@ def _history_command(kind: str, what: str) -> click.Command:
 
 @click.group()
 def history() -> None:
-    """Histories from the audit index that `strata project` keeps."""
+    """Histories from the audit index that `strata project` keeps (brought up to the log's end first)."""
 
 
 history.add_command(_history_command("pod", "a pod (by namespace/name, and by every uid it had)"))

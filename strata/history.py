@@ -7,7 +7,10 @@ job's scheduling story in sentences.
 
 from __future__ import annotations
 
+import math
 import re
+import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,6 +20,7 @@ from strata.log.errors import StrataError
 from strata.projector.audit import POD_FIELDS
 from strata.projector.auditstore import AuditIndex, AuditRow
 from strata.projector.checkpoint import LogIdentity
+from strata.projector.runner import LogRunner, Progress
 
 _OFFSET = re.compile(r"^[0-9]+$")
 SUBJECT_KINDS = ("pod", "job", "node")
@@ -53,6 +57,30 @@ def version_at(reader: Any, position: Position, end: int) -> int:
         return position.offset + 1
     assert position.time_ms is not None
     return reader.version_at_time(position.time_ms)
+
+
+def catch_up(runner: LogRunner, index: AuditIndex, end: int) -> None:
+    """Bring the audit index up to ``end`` (records) as `strata project --stop-at-end` would.
+
+    A history read from an index that lags the log would leave out the newest records without a
+    word; the index derives from the log, so the reader brings it up to date itself, with the
+    projector's own follow: the newest checkpoint at or below the index's position (none: the log
+    from offset 0), the fold on to ``end`` with its audit entries, and a checkpoint there, so that
+    the next catch-up starts from it and not from as far back."""
+    stop = threading.Event()
+
+    def stop_at_end(progress: Progress) -> None:
+        if progress.version >= end:
+            stop.set()
+
+    runner.follow(
+        stop,
+        every_records=sys.maxsize,  # one checkpoint, at the end
+        every_seconds=math.inf,
+        report=stop_at_end,
+        report_seconds=0.0,  # asked after every record: the fold stops at ``end``, not at an idle tick
+        audit_index=index,
+    )
 
 
 def iso(time_ms: int) -> str:
@@ -118,8 +146,12 @@ def describe(entry: dict[str, Any]) -> str:
         if entry.get("outcome") not in (None, "applied"):
             text += f" [{entry['outcome']}{': ' + entry['reason'] if entry.get('reason') else ''}]"
         return text
-    target = who or entry.get("pod", "?")
-    text = f"{t} {target}"
+    if t == "BIND_GROUP":
+        binds = entry.get("binds") or []
+        target = ", ".join(f"{b.get('name', b.get('pod', '?'))} -> {b.get('node')}" for b in binds)
+        text = f"BIND_GROUP of {len(binds)} [{target}]"
+    else:
+        text = f"{t} {who or entry.get('pod', '?')}"
     if entry.get("node"):
         text += f" -> {entry['node']}"
     if entry.get("replica"):
@@ -191,6 +223,16 @@ def story(job: str, items: Sequence[dict[str, Any]]) -> list[str]:
             else:
                 rejected += 1
                 say(item, f"bind of {name} to {item.get('node')}{by} rejected: {item.get('reason')}.")
+        elif t == "BIND_GROUP":
+            attempts += 1
+            by = f" by replica {item['replica']}" if item.get("replica") else ""
+            binds = item.get("binds") or []
+            placed = ", ".join(f"{b.get('name', b.get('pod'))} to {b.get('node')}" for b in binds)
+            if item.get("outcome") == "admitted":
+                say(item, f"gang bind of {len(binds)} pod(s){by} admitted: {placed}.")
+            else:
+                rejected += 1
+                say(item, f"gang bind of {len(binds)} pod(s){by} rejected, none placed: {item.get('reason')}.")
         elif t == "BIND_SUCCEEDED":
             say(item, f"the binder bound {name} to {item.get('node')}.")
         elif t == "BIND_FAILED":

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from strata.log.config import ClientConfig, Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES, PUBLISHED
-from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames
+from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames, check_present, require_topics
 from strata.schemas import BadRecord, CodecError, LogRecord, decode, encode
 from strata.schemas.records import RECORD_CLASSES, Record
 
@@ -36,6 +36,7 @@ _NOT_YET = frozenset(  # answers about a topic that a broker does not fully know
     }
 )
 _TRANSIENT = frozenset({KafkaError._PARTITION_EOF, KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
+_UNKNOWN = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})  # missing, or not there yet
 
 
 class DeliveryError(StrataError):
@@ -59,6 +60,7 @@ class Publisher:
     """An idempotent producer that keeps every delivery report."""
 
     def __init__(self, settings: Settings, **overrides: object) -> None:
+        self._settings = settings
         self._producer = Producer(producer_config(settings, **overrides))
         self._lock = threading.Lock()
         self._errors: list[str] = []
@@ -93,6 +95,11 @@ class Publisher:
                 raise DeliveryError(f"cannot publish to {topic}: {exc.args[0].str()}") from exc
         self._producer.poll(0)
 
+    def require(self, *topics: str) -> None:
+        """Raise ``MissingTopicError`` now if a topic does not exist: a message to a missing topic
+        would fail only after the producer has waited 30 s for it to appear."""
+        require_topics(self._settings, topics, self._producer)
+
     def flush(self, timeout_s: float = 60.0) -> None:
         """Wait until every message is delivered; raise if any was not."""
         remaining = self._producer.flush(timeout_s)
@@ -122,10 +129,19 @@ class CacheLogWriter:
     def __init__(self, settings: Settings, publisher: Publisher | None = None) -> None:
         self.topic = TopicNames(settings.topic_prefix).cache_log
         self.publisher = publisher or Publisher(settings)
+        self._required = False
+
+    def require(self, *also: str) -> None:
+        """Raise ``MissingTopicError`` if the cache log (or a topic of ``also``) does not exist.
+        The first append asks by itself; a caller asks earlier to fail before other work."""
+        self.publisher.require(self.topic, *also)
+        self._required = True
 
     def append(
         self, record: LogRecord, key: bytes | None = None, on_offset: Callable[[int], None] | None = None
     ) -> None:
+        if not self._required:
+            self.require()
         key = key if key is not None else record_key(record)
         self.publisher.publish(self.topic, encode(record), key=key, on_offset=on_offset)
 
@@ -169,6 +185,7 @@ class CacheLogReader:
         self.quarantine_topic = names.quarantine
         self._quarantine = quarantine
         self._following: Consumer | None = None
+        self._exists = False  # the broker has shown that the topic exists
         self.stats = ReadStats()
 
     def end_offset(self, timeout_s: float = 10.0) -> int:
@@ -183,12 +200,23 @@ class CacheLogReader:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                return consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s)[1]
+                end = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s)[1]
+                self._exists = True
+                return end
             except KafkaException as exc:
                 err = exc.args[0]
+                if err.code() in _UNKNOWN:
+                    self._require(consumer)  # missing, or just created: the metadata tells which
                 if not (err.retriable() or err.code() in _NOT_YET) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
+
+    def _require(self, consumer: Consumer) -> None:
+        """Raise ``MissingTopicError`` if the topic does not exist (asked once per reader).
+
+        A consumer assigned to a missing topic waits silently for it, as for one being created."""
+        if not self._exists:
+            self._exists = require_topics(self.settings, [self.topic], consumer) is not None
 
     def version_at_time(self, time_ms: int, timeout_s: float = 10.0) -> int:
         """Records stamped at or before ``time_ms``: the version of the cache at that moment.
@@ -208,8 +236,8 @@ class CacheLogReader:
 
     def cluster_id(self, timeout_s: float = 10.0) -> str:
         metadata = AdminClient(self.settings.client_config()).list_topics(timeout=timeout_s)
-        if self.topic not in metadata.topics:
-            raise StrataError(f"topic {self.topic} does not exist; create it with `strata topics create`")
+        check_present(self.settings, metadata, [self.topic])
+        self._exists = True
         return metadata.cluster_id or ""
 
     def read(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[LogEntry]:
@@ -236,6 +264,7 @@ class CacheLogReader:
                 end = self._high_watermark(consumer, timeout_s)
             if start >= end:
                 return
+            self._require(consumer)
             consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
             next_offset = start
             while next_offset < end:
@@ -264,6 +293,7 @@ class CacheLogReader:
         consumer = self._consumer()
         self._following = consumer
         try:
+            self._require(consumer)
             consumer.assign([TopicPartition(self.topic, 0, start if start > 0 else OFFSET_BEGINNING)])
             while not stop.is_set():
                 # consume() waits out its whole timeout unless the batch fills: take what is

@@ -10,20 +10,27 @@ a retried or dead-lettered command keeps its partition.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic, TopicMetadata
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, TopicMetadata
 
 from strata.log.config import ClientConfig, Settings
-from strata.log.errors import StrataError
+from strata.log.errors import MissingTopicError, StrataError
 
 Work = Literal["bind", "evict"]
 WORKS: tuple[Work, ...] = ("bind", "evict")
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # etcd's object limit is 1.5 MiB; JSON of one object stays well below
 FOREVER = "-1"
 WEEK_MS = str(7 * 24 * 3600 * 1000)
+# How long a client waits for the brokers' metadata before it leaves the question of a missing
+# topic open: a broker that does not answer in this time is unreachable (for now), not missing.
+METADATA_TIMEOUT_S = 5.0
+# A topic just created reaches every broker's metadata a moment later: one that lacks it is asked
+# again for this long before the topic is called missing.
+PROPAGATION_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -178,3 +185,55 @@ def _check_shapes(admin: AdminClient, specs: list[TopicSpec], timeout_s: float) 
 
 def _unavailable(topic: TopicMetadata | None) -> bool:
     return topic is None or topic.error is not None or any(p.leader < 0 for p in topic.partitions.values())
+
+
+def work_topics(settings: Settings, work: Work) -> list[str]:
+    """The topics a binder or an evictor reads and writes: the cache log, its command topic, the
+    retry tiers and the dead-letter topic."""
+    names = TopicNames(settings.topic_prefix)
+    retries = [names.retry(work, d) for d in settings.retry_delays_s]
+    return [names.cache_log, names.commands(work), *retries, names.dead_letter(work)]
+
+
+def require_topics(
+    settings: Settings,
+    names: Collection[str],
+    client: Producer | Consumer | AdminClient | None = None,
+    timeout_s: float = METADATA_TIMEOUT_S,
+) -> ClusterMetadata | None:
+    """Raise ``MissingTopicError`` when the brokers' metadata lacks any of ``names``.
+
+    A Kafka client waits for a topic it does not know, as it would for one just created (a
+    producer 30 s, ``topic.metadata.propagation.max.ms``), then fails with "Unknown topic or
+    partition"; the metadata says at once that it is missing. The request lists every topic, which
+    never auto-creates one (a request naming a topic may, on a broker that allows it). ``client``,
+    the caller's own, saves a connection. A broker that does not answer within ``timeout_s`` gives
+    no verdict: None, and the caller goes on as before (it waits for the broker and reports that).
+    """
+    client = client or AdminClient(settings.client_config())
+    deadline = time.monotonic() + PROPAGATION_S
+    while True:
+        try:
+            metadata = client.list_topics(timeout=timeout_s)
+        except KafkaException:
+            return None
+        if all(name in metadata.topics for name in names) or time.monotonic() > deadline:
+            check_present(settings, metadata, names)
+            return metadata
+        time.sleep(0.25)
+
+
+def check_present(settings: Settings, metadata: ClusterMetadata, names: Collection[str]) -> None:
+    """Raise ``MissingTopicError``, naming the command that creates them, when ``metadata`` lacks
+    any of ``names``."""
+    missing = [name for name in names if name not in metadata.topics]
+    if not missing:
+        return
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    verb = "does" if len(missing) == 1 else "do"
+    prefix = settings.topic_prefix
+    raise MissingTopicError(
+        f"topic{'s' if len(missing) > 1 else ''} {shown} {verb} not exist on "
+        f"{settings.client_config()['bootstrap.servers']}; create the topics of prefix {prefix!r} "
+        f"with `strata topics create --topic-prefix {prefix}`"
+    )
