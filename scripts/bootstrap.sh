@@ -47,6 +47,12 @@ if ! have prometheus; then
   need_package prometheus prometheus --no-install-recommends
   keep_service_off prometheus  # it would scrape itself on port 9090 for good
 fi
+# Containers for tests/test_image.py (docs/container.md): podman on runc (crun fails on this VM's
+# hybrid cgroups), podman-compose for compose.yaml, debootstrap for the local base image
+need_package runc runc
+need_package podman podman
+need_package podman-compose podman-compose
+need_package debootstrap debootstrap
 
 PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "strata: Python 3.11+ is needed" >&2; exit 1; }
