@@ -356,3 +356,30 @@ def _dump_logs(project: str, log: Path) -> None:
             logs = image.podman(REPO, "logs", "--tail", "15", container["Names"][0], check=False)
             f.write(f"--- {service} ({container['State']}, exit {container['ExitCode']})\n{logs.stdout}{logs.stderr}")
     _log(log.read_text()[-6000:])
+
+
+def _containers(doc: dict) -> list[dict]:
+    spec = doc.get("spec") or {}
+    pod = (spec.get("template") or {}).get("spec") or spec.get("jobTemplate", {}).get("spec", {}).get(
+        "template", {}
+    ).get("spec", {})
+    return [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
+
+
+def test_every_command_line_the_chart_renders_exists_in_the_images_cli(strata_image: str):
+    """The chart runs this image: its image name is the chart's default, and every container's
+    command line, with --help appended, parses in the image's CLI (an unknown option or command
+    fails before --help is reached)."""
+    from strata.devstack import helm
+
+    sasl = REPO / "deploy" / "helm" / "strata" / "ci" / "sasl-ssl-postgres-values.yaml"
+    rendered = [*helm.template("rel", "strata"), *helm.template("rel", "strata", [sasl])]
+    lines = {tuple([*c.get("command", []), *c.get("args", [])]) for d in rendered for c in _containers(d)}
+    images = {c["image"] for d in rendered for c in _containers(d)}
+    assert images == {strata_image.removeprefix("localhost/")}, (images, strata_image)
+    assert len(lines) >= 6 and all(line[0] == "strata" for line in lines), lines
+    for line in sorted(lines):
+        done = in_image(strata_image, *line[1:], "--help")
+        assert done.returncode == 0 and "Usage: strata" in done.stdout, (line, done.stderr)
+    wrong = in_image(strata_image, "project", "--no-such-option", "--help")
+    assert wrong.returncode != 0 and "No such option" in wrong.stderr
