@@ -101,3 +101,11 @@ class CowMap(FrozenMap[K, V]):
         """A read-only view of the map as it is now; later writes do not reach it."""
         self._owned = [False] * SHARDS
         return FrozenMap(list(self._shards))
+
+    def fork(self) -> CowMap[K, V]:
+        """A map that goes on from this one's content independently: both share every shard,
+        and whichever writes a shard first copies it. O(shards), not O(size)."""
+        twin: CowMap[K, V] = CowMap()
+        twin._shards = list(self.freeze().shards())
+        twin._owned = [False] * SHARDS
+        return twin

@@ -398,6 +398,23 @@ class CacheState:
         last one), where the snapshot's canonical digest renders everything."""
         return self.hashes.hexdigest(self)
 
+    def fork(self) -> CacheState:
+        """A state that folds on from this version independently of this one (a reader of past
+        versions keeps such anchors): the maps shared shard by shard, the plain dicts copied.
+        Generic over the attributes, so that one added to the state is carried over."""
+        twin = CacheState.__new__(CacheState)
+        for name, value in vars(self).items():
+            if isinstance(value, CowMap):
+                value = value.fork()
+            elif isinstance(value, (dict, set)):
+                value = value.copy()
+            elif isinstance(value, StateDigest):
+                value = StateDigest()  # hashed anew if the fork ever reports one
+            elif name == "rendered":
+                value = None  # an old snapshot's fragments would pin its shards
+            setattr(twin, name, value)
+        return twin
+
     def snapshot(self) -> Snapshot:
         """The state as of now, immutable, in O(1)."""
         return Snapshot(

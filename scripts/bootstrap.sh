@@ -53,6 +53,8 @@ need_package runc runc
 need_package podman podman
 need_package podman-compose podman-compose
 need_package debootstrap debootstrap
+# the web UI's browser tests (tests/test_ui.py): Playwright drives Debian's Chromium
+need_package chromium chromium
 
 PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "strata: Python 3.11+ is needed" >&2; exit 1; }

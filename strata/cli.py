@@ -612,9 +612,10 @@ from strata.cli_audit import diff, history, story  # noqa: E402
 from strata.cli_binder import bind, evict  # noqa: E402
 from strata.cli_faults import faults  # noqa: E402
 from strata.cli_scheduler import schedule  # noqa: E402
+from strata.cli_ui import ui  # noqa: E402
 from strata.cli_why import why  # noqa: E402
 
-for _command in (bind, evict, schedule, export, restore, history, story, diff, faults, why):
+for _command in (bind, evict, schedule, export, restore, history, story, diff, faults, why, ui):
     main.add_command(_command)
 
 if __name__ == "__main__":

@@ -1,0 +1,310 @@
+"""Benchmark: `strata ui`'s server time per page at 5,000 nodes / 150,000 pods (issue 15).
+
+    eval "$(.venv/bin/strata dev up)"
+    .venv/bin/python bench/ui_bench.py [--trace PATH | --nodes 5000 --pods 150000] [--requests 20]
+                                       [--reuse PREFIX --db URL] [--json PATH] [--keep]
+
+On one generated history (`strata gen`, 1.7M records at the default size), published with
+`strata ingest --from` into a fresh topic prefix and projected with `strata project
+--stop-at-end` (checkpoints every 100,000 records and the audit index), `strata ui --port 0`
+serves the pages. Server time is the ``Server-Timing: app;dur=`` the UI puts on every response
+(from the request's arrival to the start of its response: the page computed and rendered); the
+client's wall time is printed beside it.
+
+* floor: a static file (``/static/ui.css``), the server's own overhead per request;
+* live: every page and its /api/ twin at the live version (the log's end), ``--requests`` each;
+* near: past versions near one already asked for: one version V some 20,000 records back is
+  asked for first (cold, timed alone: a checkpoint restored and folded forward), then each
+  request asks for another version within the 15,000 records before V or the 2,048 after it
+  (anchors are laid every 1,024 records over the 16,384 before V while it is folded), a
+  different version every request;
+* cold: versions far from anything cached, each a restore (reported, not in the pass line).
+
+Pass line: p99 server time of every page, live and near, at most 300 ms. The control starts the
+UI again with ``--cache-mb 0`` (no anchor nor snapshot kept beyond the newest): the near
+versions then each need a restore, and the same pass line must fail; if it does not, the bench
+says so and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from strata.faults.common import percentile, rss_mb
+from strata.log.config import settings_from
+from strata.log.topics import drop_topics, ensure_topics
+
+REPO = Path(__file__).resolve().parent.parent
+STRATA = [sys.executable, "-m", "strata.cli"]
+LAUNCH = (
+    "import sys; from strata.cli import main; from strata.cli_ui import ui; "
+    "ui.name in main.commands or main.add_command(ui); main(sys.argv[1:], prog_name='strata')"
+)
+BUDGET_MS = 300.0
+NEAR_BACK = 20_000  # records behind the log's end of the first past version asked for
+NEAR_BEFORE = 15_000  # near versions: up to this many records before it (anchors are laid over 16,384)
+NEAR_AFTER = 2_048  # and this many after
+COLD_VERSIONS = 3
+
+
+@dataclass
+class Timing:
+    server_ms: list[float] = field(default_factory=list)
+    wall_ms: list[float] = field(default_factory=list)
+
+    def add(self, server: float, wall: float) -> None:
+        self.server_ms.append(server)
+        self.wall_ms.append(wall)
+
+    def p(self, q: int, wall: bool = False) -> float:
+        values = sorted(self.wall_ms if wall else self.server_ms)
+        return float(percentile(values, q)) if values else 0.0  # type: ignore[arg-type]
+
+
+def run(cmd: list[str], env: dict[str, str], what: str) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed:\n{done.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+def get(base: str, path: str) -> tuple[dict[str, Any] | bytes, float, float]:
+    started = time.perf_counter()
+    with urllib.request.urlopen(base + path, timeout=600) as response:
+        body = response.read()
+        timing = response.headers.get("server-timing", "")
+        ctype = response.headers.get("content-type", "")
+    wall = (time.perf_counter() - started) * 1000
+    found = re.search(r"dur=([0-9.]+)", timing)
+    server = float(found.group(1)) if found else wall
+    return (json.loads(body) if ctype.startswith("application/json") else body), server, wall
+
+
+class Ui:
+    """`strata ui --port 0` in a process of its own."""
+
+    def __init__(self, env: dict[str, str], *args: str) -> None:
+        started = time.perf_counter()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", LAUNCH, "ui", "--port", "0", "--no-index", *args],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            found = re.search(r"strata ui: (http://\S+)/ ", line)
+            if found:
+                self.base = found.group(1)
+                break
+        else:
+            raise SystemExit("strata ui did not start")
+        threading.Thread(target=lambda: [None for _ in self.process.stderr or []], daemon=True).start()
+        self.started_s = time.perf_counter() - started
+
+    def rss(self) -> float:
+        return rss_mb(self.process.pid)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+
+
+def subjects(base: str) -> dict[str, str]:
+    """A job, one of its pods, that pod's node, and a pending pod if there is one, at the log's end."""
+    cluster, _, _ = get(base, "/api/cluster")
+    assert isinstance(cluster, dict)
+    rows = [r for r in cluster["jobs"]["rows"] if r["tasks"]]
+    job = rows[len(rows) // 2]
+    detail, _, _ = get(base, f"/api/job/{quote(job['namespace'])}/{quote(job['name'], safe='')}")
+    assert isinstance(detail, dict)
+    task = next(t for t in detail["tasks"] if t["node"])
+    found = {
+        "job": f"{quote(job['namespace'])}/{quote(job['name'], safe='')}",
+        "pod": f"{quote(task['namespace'])}/{quote(task['name'], safe='')}",
+        "node": quote(task["node"], safe=""),
+    }
+    for page in range(20):  # a job with a pending task, whose why panel checks every node
+        listed, _, _ = get(base, f"/api/cluster?page={page}")
+        assert isinstance(listed, dict)
+        waiting = [r for r in listed["jobs"]["rows"] if r["tasks"].get("Pending")]
+        if waiting:
+            found["pending job"] = f"{quote(waiting[0]['namespace'])}/{quote(waiting[0]['name'], safe='')}"
+            break
+    return found
+
+
+def pages(s: dict[str, str]) -> dict[str, str]:
+    pending = {"pending job": f"/job/{s['pending job']}"} if "pending job" in s else {}
+    return {
+        **pending,
+        "cluster": "/",
+        "job": f"/job/{s['job']}",
+        "pod": f"/pod/{s['pod']}",
+        "node": f"/node/{s['node']}",
+        "replicas": "/replicas",
+        "api cluster": "/api/cluster",
+        "api job": f"/api/job/{s['job']}",
+        "api pod": f"/api/pod/{s['pod']}",
+        "api node": f"/api/node/{s['node']}",
+        "api history job": f"/api/history/job/{s['job']}",
+        "api why job": f"/api/why/job/{s['job']}",
+    }
+
+
+def with_version(path: str, version: int | None) -> str:
+    return path if version is None else f"{path}{'&' if '?' in path else '?'}v={version}"
+
+
+def measure(ui: Ui, paths: dict[str, str], requests: int, versions: list[int] | None) -> dict[str, Timing]:
+    """Each page ``requests`` times, interleaved; at the next of ``versions`` each time (None: live).
+    Requests over the budget are named as they happen."""
+    out = {name: Timing() for name in paths}
+    k = 0
+    for _ in range(requests):
+        for name, path in paths.items():
+            version = versions[k % len(versions)] if versions else None
+            k += 1
+            _, server, wall = get(ui.base, with_version(path, version))
+            out[name].add(server, wall)
+            if server > BUDGET_MS:
+                print(f"    over: {name} at version {version or 'live'}: {server:.0f} ms", flush=True)
+    return out
+
+
+def near_versions(v0: int, count: int, seed: int = 7) -> list[int]:
+    rng = random.Random(seed)
+    return [v0 + rng.randint(-NEAR_BEFORE + 1, NEAR_AFTER) for _ in range(count)]
+
+
+def report(title: str, timings: dict[str, Timing], floor: Timing) -> tuple[list[str], bool]:
+    lines = [f"{title}: server time (Server-Timing) p50 / p99 ms, and the client's wall p50"]
+    ok = True
+    for name, t in timings.items():
+        within = t.p(99) <= BUDGET_MS
+        ok &= within
+        lines.append(
+            f"  {name:<16} {t.p(50):8.1f} {t.p(99):8.1f}   wall {t.p(50, wall=True):8.1f}   "
+            f"({t.p(50) / max(floor.p(50), 0.01):6.0f}x floor){'' if within else '  OVER'}"
+        )
+    return lines, ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", type=Path, help="a history to publish (default: strata gen at --nodes/--pods)")
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--pods", type=int, default=150_000)
+    parser.add_argument("--requests", type=int, default=20, help="requests per page and scenario")
+    parser.add_argument("--reuse", metavar="PREFIX", help="a topic prefix already published and projected")
+    parser.add_argument("--db", metavar="URL", help="its checkpoint store (with --reuse)")
+    parser.add_argument("--keep", action="store_true", help="keep the topics and the database")
+    parser.add_argument("--json", type=Path, help="write the figures here too")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="strata-ui-bench-"))
+    settings = settings_from()
+    prefix = args.reuse or f"bench-ui-{uuid.uuid4().hex[:10]}."
+    db = args.db or f"sqlite:///{work / 'ui.db'}"
+    env = {**os.environ, "STRATA_TOPIC_PREFIX": prefix, "STRATA_DB_URL": db, "STRATA_LOG_LEVEL": "WARNING"}
+    figures: dict[str, Any] = {"prefix": prefix}
+    try:
+        if not args.reuse:
+            trace = args.trace
+            if trace is None:
+                trace = work / "history.jsonl"
+                gen = ["gen", "--nodes", str(args.nodes), "--pods", str(args.pods), "-o", str(trace)]
+                figures["gen_s"] = run([*STRATA, *gen], env, "strata gen")
+            ensure_topics(settings.with_(topic_prefix=prefix))
+            figures["ingest_s"] = run([*STRATA, "ingest", "--from", str(trace)], env, "strata ingest")
+            figures["project_s"] = run([*STRATA, "project", "--stop-at-end"], env, "strata project")
+            print(f"published in {figures['ingest_s']:.0f} s, projected in {figures['project_s']:.0f} s", flush=True)
+        ok = bench(env, args.requests, figures)
+    finally:
+        if not args.keep and not args.reuse:
+            drop_topics(settings.with_(topic_prefix=prefix))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    sys.exit(0 if ok else 1)
+
+
+def bench(env: dict[str, str], requests: int, figures: dict[str, Any]) -> bool:
+    ui = Ui(env)
+    try:
+        end, _, _ = get(ui.base, "/api/version")
+        assert isinstance(end, dict)
+        live = end["version"]
+        print(f"strata ui started in {ui.started_s:.1f} s at version {live}, RSS {ui.rss():.0f} MB", flush=True)
+        paths = pages(subjects(ui.base))
+        floor = measure(ui, {"floor": "/static/ui.css"}, requests * 3, None)["floor"]
+        print(f"floor (/static/ui.css): p50 {floor.p(50):.1f} ms, p99 {floor.p(99):.1f} ms", flush=True)
+        at_live = measure(ui, paths, requests, None)
+        lines, live_ok = report("live version", at_live, floor)
+        print("\n".join(lines), flush=True)
+        v0 = live - NEAR_BACK
+        _, cold_first, _ = get(ui.base, f"/?v={v0}")
+        print(f"first past version {v0} (a restore and a fold forward): {cold_first:.0f} ms", flush=True)
+        page_paths = {k: v for k, v in paths.items() if not k.startswith("api") and k != "replicas"}
+        near = measure(ui, page_paths, requests, near_versions(v0, requests * len(page_paths)))
+        lines, near_ok = report(f"past versions near {v0} (a new version each request)", near, floor)
+        print("\n".join(lines), flush=True)
+        cold = Timing()
+        for i in range(COLD_VERSIONS):
+            _, server, wall = get(ui.base, f"/?v={(i + 1) * live // (COLD_VERSIONS + 2)}")
+            cold.add(server, wall)
+        print(f"cold past versions (far from anything cached): {', '.join(f'{x:.0f}' for x in cold.server_ms)} ms")
+        figures.update(
+            ui_start_s=ui.started_s,
+            rss_mb=ui.rss(),
+            floor_ms=[floor.p(50), floor.p(99)],
+            live_ms={name: [t.p(50), t.p(99)] for name, t in at_live.items()},
+            near_ms={name: [t.p(50), t.p(99)] for name, t in near.items()},
+            first_past_ms=cold_first,
+            cold_ms=cold.server_ms,
+        )
+        print(f"RSS after: {ui.rss():.0f} MB")
+    finally:
+        ui.stop()
+    passed = live_ok and near_ok
+    print(f"PASS LINE (p99 <= {BUDGET_MS:.0f} ms on every page, live and near): {'PASS' if passed else 'FAIL'}")
+    control_ok = control(env, requests, v0, page_paths, floor)
+    print(f"CONTROL (--cache-mb 0, the same near versions): {'FAIL, as it must' if not control_ok else 'PASS?!'}")
+    if control_ok:
+        print("the control did not fail: the pass line cannot tell a cache from none")
+    figures.update(passed=passed, control_failed=not control_ok)
+    return passed and not control_ok
+
+
+def control(env: dict[str, str], requests: int, v0: int, paths: dict[str, str], floor: Timing) -> bool:
+    ui = Ui(env, "--cache-mb", "0")
+    try:
+        get(ui.base, f"/?v={v0}")
+        few = max(2, requests // 5)  # each request is a restore: a few show it
+        near = measure(ui, paths, few, near_versions(v0, few * len(paths), seed=11))
+        lines, ok = report("control: no cache", near, floor)
+        print("\n".join(lines), flush=True)
+        return ok
+    finally:
+        ui.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,223 @@
+"""Where the pages' data comes from: the timeline's snapshots, the audit index, the digests topic.
+
+Every method is synchronous and may wait on the broker or the database; the routes call them in
+a worker thread. None of them writes to the cluster or the log.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from strata.digests import compared_versions, digests_from, divergences
+from strata.history import Position, history, iso, story, version_at
+from strata.log.config import Settings
+from strata.log.errors import StrataError
+from strata.projector.auditstore import AuditIndex
+from strata.projector.runner import LogRunner
+from strata.projector.snapshot import Snapshot
+from strata.projector.why import quantity
+from strata.schemas import Digest
+from strata.snapdiff import diff
+from strata.ui import views
+from strata.ui.charts import Chart, step_chart
+from strata.ui.clock import Clock
+from strata.ui.derived import FiguresCache
+from strata.ui.timeline import Timeline
+from strata.why import explain_snapshot
+
+GANG_SERIES = (("pods", "pods"), ("placed", "placed"), ("running", "running"))
+NODE_SERIES = (("cpu", "cpu requested"), ("memory", "memory requested"))
+
+
+@dataclass(frozen=True)
+class At:
+    """The version a page shows, and whether it follows the log's end."""
+
+    version: int
+    live: bool
+
+
+class Source:
+    def __init__(self, settings: Settings, runner: LogRunner, index: AuditIndex, timeline: Timeline) -> None:
+        self.settings = settings
+        self.runner = runner
+        self.index = index
+        self.timeline = timeline
+        self.clock = Clock(index, runner.identity)
+        self.figures = FiguresCache()
+        self.digests = DigestBook(settings)
+
+    def warm(self) -> None:
+        """Count the live version's figures before the first page asks (a pass over every task:
+        later versions advance from it)."""
+        self.figures.of(self.timeline.live_snapshot())
+
+    # --------------------------------------------------------------------------- versions
+    def at(self, v: str | None, at: str | None) -> At:
+        """``?v=VERSION``, or ``?at=OFFSET|TIME`` as the CLI's ``--at``; neither: the live version."""
+        live = self.timeline.live_version
+        if v not in (None, "", "live"):
+            try:
+                version = int(v)
+            except ValueError:
+                raise StrataError(f"v={v!r} is not a version (a number of records)") from None
+            if not 0 <= version <= live:
+                raise StrataError(f"version {version} is not in the log (0 to {live})")
+            return At(version, version == live)
+        if at:
+            return At(min(version_at(self.runner.reader, Position.parse(at), live), live), False)
+        return At(live, True)
+
+    def snapshot(self, at: At) -> Snapshot:
+        return self.timeline.live_snapshot() if at.live else self.timeline.snapshot(at.version)
+
+    def frame(self, at: At) -> dict[str, Any]:
+        """What every page shows around its content: the version, its time, the live end, the index."""
+        live = self.timeline.live_version
+        time_ms = self.timeline.live_time_ms if at.version == live else self.clock.time_of(at.version)
+        if time_ms is None:
+            time_ms = self.clock.time_of(at.version)
+        return {
+            "version": at.version,
+            "live": at.live,
+            "end": live,
+            "time": iso(time_ms) if time_ms is not None else None,
+            "indexed": self.index.indexed_to(self.runner.identity),
+            "fast": self.timeline.fast_versions(),
+        }
+
+    # ------------------------------------------------------------------------------ pages
+    def cluster(self, at: At, jobs: views.JobFilter, node_text: str) -> dict[str, Any]:
+        snapshot = self.snapshot(at)
+        return views.cluster(snapshot, self.figures.of(snapshot), jobs, node_text)
+
+    def history(self, kind: str, name: str, at: At) -> list[dict[str, Any]]:
+        """`strata history KIND NAME --until` the chosen version, as `-o json` prints it."""
+        if at.version == 0:
+            return []
+        return history(self.index, self.runner.identity, kind, name, None, Position(offset=at.version - 1))
+
+    def job(self, at: At, namespace: str, name: str) -> dict[str, Any]:
+        key = f"{namespace}/{name}"
+        snapshot = self.snapshot(at)
+        tasks = views.tasks_where(snapshot, job=key)
+        items = self.history("job", key, at)
+        pg = snapshot.podgroups.get(key)
+        series = views.gang_series(items)
+        return {
+            "version": at.version,
+            "key": key,
+            "job": views.job_entry(snapshot, key, tasks),
+            "tasks": [views.task_entry(uid, t) for uid, t in tasks],
+            "history": items,
+            "story": story(key, items),
+            "gang": series,
+            "minMember": pg.min_member if pg is not None else None,
+            "why": self.why(snapshot, "job", namespace, name),
+        }
+
+    def gang_chart(self, data: dict[str, Any]) -> Chart:
+        return step_chart(
+            data["gang"], GANG_SERIES, x_end=data["version"], marker=data["version"], floor=data["minMember"] or 0
+        )
+
+    def pod(self, at: At, namespace: str, name: str) -> dict[str, Any]:
+        snapshot = self.snapshot(at)
+        items = self.history("pod", f"{namespace}/{name}", at)
+        uids = [e["uid"] for e in items if e.get("kind") == "Pod" and e.get("uid")]
+        task = snapshot.tasks.get(uids[-1]) if uids else None
+        if task is not None and (task.namespace, task.name) != (namespace, name):
+            task = None
+        return {
+            "version": at.version,
+            "key": f"{namespace}/{name}",
+            "task": views.task_entry(uids[-1], task) if task is not None else None,
+            "job": task.job if task is not None else None,
+            "history": items,
+            "why": self.why(snapshot, "pod", namespace, name),
+        }
+
+    def node(self, at: At, name: str) -> dict[str, Any]:
+        snapshot = self.snapshot(at)
+        tasks = views.tasks_where(snapshot, node=name)
+        items = self.history("node", name, at)
+        return {
+            "version": at.version,
+            "name": name,
+            "node": views.node_entry(snapshot, name, tasks),
+            "tasks": [views.task_entry(uid, t) for uid, t in tasks],
+            "history": items,
+            "usage": views.node_usage_series(items, tasks, name),
+        }
+
+    def usage_chart(self, data: dict[str, Any], resource: str) -> Chart:
+        label = dict(NODE_SERIES)[resource]
+        allocatable = ((data["node"] or {}).get("allocatable") or {}).get(resource, 0)
+        return step_chart(
+            data["usage"],
+            ((resource, label),),
+            x_end=data["version"],
+            marker=data["version"],
+            floor=allocatable,
+            y_format=lambda v: quantity(resource, int(v)),
+        )
+
+    def why(self, snapshot: Snapshot, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        """`strata why KIND NS/NAME -o json` at the snapshot's version."""
+        answer = explain_snapshot(self.runner, self.index, snapshot, kind, namespace, name)
+        return answer.to_json()
+
+    def replicas(self) -> dict[str, Any]:
+        return self.digests.report()
+
+    # ------------------------------------------------------------------- the CLI's shapes
+    def canonical(self, at: At) -> dict[str, Any]:
+        """`strata snapshot -o json`: the whole cache (seconds at 150,000 pods: not a page)."""
+        return self.snapshot(at).to_json()
+
+    def diff(self, a: At, b: At) -> dict[str, Any]:
+        """`strata diff A B -o json`."""
+        return diff(self.snapshot(a).to_json(), self.snapshot(b).to_json())
+
+
+class DigestBook:
+    """The digests readers reported (the compacted digests topic), read on from where the last
+    look stopped: `strata verify --replicas`'s data, kept up to date cheaply."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._read_to = 0
+        self._latest: dict[tuple[str, int, str], Digest] = {}
+
+    def report(self) -> dict[str, Any]:
+        with self._lock:
+            for offset, digest in digests_from(self.settings, self._read_to, timeout_s=5.0):
+                self._latest[(digest.fold, digest.version, digest.replica)] = digest
+                self._read_to = offset + 1
+            digests = list(self._latest.values())
+        by_version: dict[tuple[str, int], dict[str, str]] = {}
+        for report in digests:
+            by_version.setdefault((report.fold, report.version), {})[report.replica] = report.digest
+        found = {(d.fold, d.version): d for d in divergences(digests)}
+        versions = []
+        for (fold, version), reports in sorted(by_version.items(), key=lambda kv: (-kv[0][1], kv[0][0])):
+            split = found.get((fold, version))
+            versions.append(
+                {
+                    "version": version,
+                    "fold": fold,
+                    "reports": dict(sorted(reports.items())),
+                    "agree": split is None,
+                    "majority": split.majority if split is not None else next(iter(reports.values())),
+                    "dissenters": list(split.dissenters) if split is not None else [],
+                }
+            )
+        return {
+            "versions": versions,
+            "readers": sorted({d.replica for d in digests}),
+            "compared": compared_versions(digests),
+            "divergent": len(found),
+        }

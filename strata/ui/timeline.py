@@ -1,0 +1,370 @@
+"""The cache at every version the UI shows: the live state, following the log, and past versions.
+
+The live state is kept as a scheduler replica keeps its cache (``scheduler.cache.LogCache``):
+the newest checkpoint at or below the audit index's position is restored, then every record of
+the log is folded as it arrives; a snapshot of it is O(1) and taken only when a page asks. The
+records it folds also go into the audit index when nothing else has put them there yet (a
+`strata project` running beside it writes the same entries; the index skips what it has), so a
+history never stops at the moment the UI started.
+
+A past version is computed, never by refolding the log from its start: from the nearest state
+at or below it, an anchor (``states.fork``, laid every ``anchor_every`` records near the versions
+asked for) or a checkpoint, whichever costs less to fold forward from. The snapshots and anchors
+are kept in one LRU bounded by the bytes of their own dict structure (``states.own_bytes``);
+restored lineages other than the newest are dropped whole, since their objects (a restore's
+450 MB at 150,000 pods) are not shared with anything else.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from strata.log.cachelog import CacheLogReader, LogEntry
+from strata.log.errors import StrataError
+from strata.projector import audit
+from strata.projector.auditstore import AuditIndex
+from strata.projector.runner import LogRunner
+from strata.projector.snapshot import Snapshot
+from strata.projector.state import CacheState
+from strata.ui.states import forget_changes, fork, own_bytes, shard_ids
+
+LOG = logging.getLogger("strata.ui")
+ANCHOR_EVERY = 1024  # records between anchors: a nearby version is at most this many records' fold away
+ANCHOR_WINDOW = 16  # anchors laid over the last ANCHOR_WINDOW * ANCHOR_EVERY records before a version asked for
+CHUNK = 1024  # records read from the broker at once for a past fold, and kept (decoded) for the next one
+CHUNKS_KEPT = 48  # about 1 MB each at 5,000 nodes / 150,000 pods: versions near each other reread nothing
+CHECKPOINTS_TTL_S = 10.0  # how long the list of checkpoints is trusted (new ones come every 100,000 records)
+FOLD_RATE = 40_000.0  # records/s the fold reads from the broker (docs/projector.md), to choose where to start
+INDEX_BATCH = 5000  # audit entries written at once, or every INDEX_SECONDS when fewer
+INDEX_SECONDS = 1.0
+INDEX_BACKLOG = 200_000  # entries kept while the index refuses writes, before giving up on it
+LIVE = 0  # the lineage of the live state
+
+
+class NotReady(StrataError):
+    """The live state is not restored yet."""
+
+
+@dataclass
+class _Item:
+    lineage: int
+    value: Snapshot | CacheState
+
+
+@dataclass
+class TimelineStats:
+    snapshots: int
+    anchors: int
+    bytes: int
+    restores: int
+    lineages: list[int] = field(default_factory=list)
+
+
+class Timeline:
+    def __init__(
+        self,
+        runner: LogRunner,
+        index: AuditIndex | None = None,
+        *,
+        budget_bytes: int = 512 << 20,
+        anchor_every: int = ANCHOR_EVERY,
+        chunk: int = CHUNK,
+    ) -> None:
+        self.runner = runner
+        self.index = index  # None: the UI does not write the audit index
+        self.budget_bytes = budget_bytes
+        self.anchor_every = max(1, anchor_every)
+        self.chunk = max(1, chunk)
+        self._changed = threading.Condition()
+        self._live: CacheState | None = None
+        self._live_snapshot: Snapshot | None = None
+        self._live_time_ms: int | None = None
+        self._failure: BaseException | None = None
+        self._past_lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, int], _Item] = OrderedDict()  # ("s"|"a", version), LRU first
+        self._lineage = LIVE
+        self._restores = 0
+        self._restore_seconds = 2.0  # the last restore's duration, to weigh a checkpoint against an anchor
+        self._thread: threading.Thread | None = None
+        self._chunks: OrderedDict[int, list[LogEntry]] = OrderedDict()  # first offset -> its entries
+        self._checkpoints: tuple[float, list[int]] = (0.0, [])  # (when listed, versions)
+
+    # ------------------------------------------------------------------------------- live
+    def start(self, stop: threading.Event) -> None:
+        self._thread = threading.Thread(target=self._follow, args=(stop,), name="ui-follow", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._live is not None or self._failure is not None, timeout_s)
+        self._raise_failure()
+        if self._live is None:
+            raise NotReady("the UI's cache is still restoring the newest checkpoint")
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise StrataError(f"the UI stopped following the cache log: {self._failure}")
+
+    def _follow(self, stop: threading.Event) -> None:
+        try:
+            writes = _IndexWrites(self.runner, self.index) if self.index is not None else None
+            start = self.index.indexed_to(self.runner.identity) if self.index is not None else None
+            state = self.runner.restore(at_or_below=start)
+            state.rendered = None  # pages render no canonical JSON of the live state: pin no old shards for it
+            forget_changes(state)
+            gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
+            with self._changed:
+                self._live = state
+                self._changed.notify_all()
+            for entry in self.runner.reader.follow(state.version, stop):
+                if entry is not None:
+                    self._apply_live(state, entry, writes)
+                if writes is not None:
+                    writes.tend(state.version, idle=entry is None)
+        except BaseException as exc:  # a page must hear of it instead of showing a stale version for ever
+            LOG.error("the UI stopped following the cache log: %s", exc)
+            with self._changed:
+                self._failure = exc
+                self._changed.notify_all()
+
+    def _apply_live(self, state: CacheState, entry: LogEntry, writes: _IndexWrites | None) -> None:
+        ctx = audit.context(state, entry.record) if writes is not None else None
+        with self._changed:
+            outcome = state.apply_at(entry.offset, entry.record)
+            self._live_snapshot = None
+            self._live_time_ms = entry.timestamp_ms
+            if state.version % 4096 == 0:
+                forget_changes(state)
+            self._changed.notify_all()
+        if writes is not None:
+            writes.add(audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object))
+
+    @property
+    def live_version(self) -> int:
+        with self._changed:
+            self._raise_failure()
+            if self._live is None:
+                raise NotReady("the UI's cache is still restoring the newest checkpoint")
+            return self._live.version
+
+    @property
+    def live_time_ms(self) -> int | None:
+        return self._live_time_ms
+
+    def wait_beyond(self, version: int, timeout_s: float) -> int:
+        """The live version once it passes ``version`` (or when ``timeout_s`` ends)."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._failure is not None or (self._live is not None and self._live.version > version),
+                timeout_s,
+            )
+            self._raise_failure()
+            return self._live.version if self._live is not None else 0
+
+    def live_snapshot(self) -> Snapshot:
+        with self._changed:
+            self._raise_failure()
+            if self._live is None:
+                raise NotReady("the UI's cache is still restoring the newest checkpoint")
+            if self._live_snapshot is None:
+                self._live_snapshot = self._live.snapshot()
+                self._remember(("s", self._live.version), _Item(LIVE, self._live_snapshot))
+            return self._live_snapshot
+
+    # ------------------------------------------------------------------------------- past
+    def snapshot(self, version: int) -> Snapshot:
+        """The cache after records 0..version-1."""
+        live = self.live_snapshot()
+        if version == live.version:
+            return live
+        if version > live.version or version < 0:
+            raise StrataError(f"version {version} is not in the log (0 to {live.version})")
+        hit = self._cached(version)
+        if hit is not None:
+            return hit
+        with self._past_lock:
+            hit = self._cached(version)
+            if hit is not None:
+                return hit
+            state, lineage = self._start_for(version)
+            self._fold(state, version, lineage)
+            snapshot = state.snapshot()
+            self._remember(("a", version), _Item(lineage, state), evict=False)  # the next one may fold on from it
+            self._remember(("s", version), _Item(lineage, snapshot))
+            return snapshot
+
+    def _cached(self, version: int) -> Snapshot | None:
+        with self._changed:
+            item = self._items.get(("s", version))
+            if item is None:
+                return None
+            self._items.move_to_end(("s", version))
+            assert isinstance(item.value, Snapshot)
+            return item.value
+
+    def _start_for(self, version: int) -> tuple[CacheState, int]:
+        """The cheapest state at or below ``version`` to fold forward from, as one of our own."""
+        with self._changed:
+            below = [(v, item) for (kind, v), item in self._items.items() if kind == "a" and v <= version]
+        best = max(below, key=lambda pair: pair[0], default=None)
+        checkpoint = self._newest_checkpoint(version)
+        from_anchor = (version - best[0]) / FOLD_RATE if best is not None else float("inf")
+        from_checkpoint = self._restore_seconds + (version - checkpoint) / FOLD_RATE
+        if best is not None and from_anchor <= from_checkpoint:
+            anchor_version, item = best
+            assert isinstance(item.value, CacheState)
+            if anchor_version % self.anchor_every == 0:
+                return fork(item.value), item.lineage  # a grid anchor stays where it is
+            with self._changed:
+                self._items.pop(("a", anchor_version), None)  # a cursor moves on
+            return item.value, item.lineage
+        return self._restore(version)
+
+    def _newest_checkpoint(self, version: int) -> int:
+        listed_at, versions = self._checkpoints
+        if time.monotonic() - listed_at > CHECKPOINTS_TTL_S:
+            versions = [i.version for i in self.runner.store.list(self.runner.identity)]
+            self._checkpoints = (time.monotonic(), versions)
+        return max((v for v in versions if v <= version), default=0)
+
+    def _restore(self, version: int) -> tuple[CacheState, int]:
+        started = time.perf_counter()
+        state = self.runner.restore(at_or_below=version)
+        state.rendered = None
+        forget_changes(state)
+        # millions of objects that live on: the collector's full passes need not walk them (a pass
+        # over two restored states pauses every request for seconds)
+        gc.freeze()
+        self._restore_seconds = time.perf_counter() - started
+        self._restores += 1
+        with self._changed:
+            self._lineage += 1
+            # another restored lineage shares no object with this one: keeping both would double the memory
+            for key in [k for k, item in self._items.items() if item.lineage not in (LIVE, self._lineage)]:
+                del self._items[key]
+            return state, self._lineage
+
+    def _fold(self, state: CacheState, version: int, lineage: int) -> None:
+        lay_from = version - ANCHOR_WINDOW * self.anchor_every
+        for entry in self._entries(state.version, version, keep_from=lay_from):
+            state.apply_at(entry.offset, entry.record)
+            if state.version % self.anchor_every == 0:
+                forget_changes(state)
+                if state.version >= lay_from and state.version < version:
+                    self._remember(("a", state.version), _Item(lineage, fork(state)), evict=False)
+        state.expect_offset(version)
+
+    def _entries(self, start: int, end: int, keep_from: int) -> Iterator[LogEntry]:
+        """The log's entries in [start, end): from the chunks kept, the others read from the
+        broker with one consumer per run of missing chunks (a consumer's start costs a round
+        trip or two). Whole chunks at or above ``keep_from`` are kept: a fold toward a nearby
+        version reads the same records again, and the broker's round trips for them cost more
+        than folding them."""
+        live = self.live_version
+        offset = start
+        while offset < end:
+            base = offset - offset % self.chunk
+            kept = self._chunks.get(base)
+            if kept is not None:
+                self._chunks.move_to_end(base)
+                yield from kept[offset - base : min(end, base + self.chunk) - base]
+                offset = min(end, base + self.chunk)
+                continue
+            stop = base + self.chunk
+            while stop < end and stop not in self._chunks:
+                stop += self.chunk
+            read_to = min(stop, live)  # whole chunks, but never beyond the log's end
+            chunk: list[LogEntry] = []
+            for entry in CacheLogReader(self.runner.settings).read(start=base, end=read_to):
+                if offset <= entry.offset < end:
+                    yield entry
+                chunk.append(entry)
+                if len(chunk) == self.chunk:
+                    if entry.offset + 1 > keep_from:
+                        self._keep_chunk(entry.offset + 1 - self.chunk, chunk)
+                    chunk = []
+            if read_to <= offset:
+                raise StrataError(f"the cache log ends at {read_to}, before offset {offset}")
+            offset = read_to
+
+    def _keep_chunk(self, first: int, entries: list[LogEntry]) -> None:
+        self._chunks[first] = entries
+        while len(self._chunks) > CHUNKS_KEPT:
+            self._chunks.popitem(last=False)
+
+    # ----------------------------------------------------------------------------- memory
+    def _remember(self, key: tuple[str, int], item: _Item, evict: bool = True) -> None:
+        with self._changed:
+            self._items[key] = item
+            self._items.move_to_end(key)
+            if evict:
+                self._evict()
+
+    def _evict(self) -> None:
+        """Drop items until the rest fit the budget: snapshots first, then anchors (an anchor
+        gives back any version after it in a short fold), each kind least recently used first,
+        never the newest item. Each item is charged what it holds beyond the live state and the
+        items kept ahead of it (kept anchors first, then snapshots, most recent first)."""
+        newest = next(reversed(self._items))
+        order = [k for k in reversed(self._items) if k[0] == "a"] + [k for k in reversed(self._items) if k[0] == "s"]
+        order.remove(newest)
+        shared = shard_ids(self._live) if self._live is not None else set()
+        total = own_bytes(self._items[newest].value, shared)
+        for key in order:
+            total += own_bytes(self._items[key].value, shared)
+            if total > self.budget_bytes:
+                del self._items[key]
+
+    def stats(self) -> TimelineStats:
+        with self._changed:
+            items = list(self._items.items())
+            shared = shard_ids(self._live) if self._live is not None else set()
+            size = sum(own_bytes(item.value, shared) for _, item in items)
+        return TimelineStats(
+            snapshots=sum(1 for (kind, _), _item in items if kind == "s"),
+            anchors=sum(1 for (kind, _), _item in items if kind == "a"),
+            bytes=size,
+            restores=self._restores,
+            lineages=sorted({item.lineage for _, item in items}),
+        )
+
+    def fast_versions(self) -> list[int]:
+        """Versions a page answers from without a restore: cached snapshots and anchors."""
+        with self._changed:
+            return sorted({v for (_kind, v) in self._items})
+
+
+class _IndexWrites:
+    """The live fold's audit entries, written to the index in batches where it lacks them."""
+
+    def __init__(self, runner: LogRunner, index: AuditIndex) -> None:
+        self.runner = runner
+        self.index = index
+        self.pending: list[audit.AuditEntry] = []
+        self.written_at = time.monotonic()
+        self.enabled = True
+
+    def add(self, entry: audit.AuditEntry) -> None:
+        if self.enabled:
+            self.pending.append(entry)
+
+    def tend(self, version: int, idle: bool) -> None:
+        now = time.monotonic()
+        if not self.pending or not (len(self.pending) >= INDEX_BATCH or idle or now - self.written_at >= INDEX_SECONDS):
+            return
+        self.written_at = now
+        try:
+            self.index.write(self.runner.identity, self.pending, upto=version)
+        except Exception as exc:  # the database is away or locked: try again with the next batch
+            LOG.warning("the audit index refused %d entries: %s", len(self.pending), exc)
+            if len(self.pending) > INDEX_BACKLOG:
+                LOG.error("the UI stops writing the audit index (%d entries waiting)", len(self.pending))
+                self.pending, self.enabled = [], False
+            return
+        self.pending = []
