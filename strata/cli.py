@@ -288,6 +288,10 @@ def demo(settings: Settings, trace: Path | None) -> None:
         f"round trip in {time.monotonic() - started:.2f} s; look again with: "
         f"strata log summary --topic-prefix {settings.topic_prefix}"
     )
+    click.echo(
+        f"see it: strata ui --topic-prefix {settings.topic_prefix}  "
+        f"(why a job waits: strata why job ml/train --topic-prefix {settings.topic_prefix})"
+    )
 
 
 # ------------------------------------------------------------------------------------- replay
