@@ -617,9 +617,24 @@ from strata.cli_binder import bind, evict  # noqa: E402
 from strata.cli_faults import faults  # noqa: E402
 from strata.cli_scheduler import schedule  # noqa: E402
 from strata.cli_ui import ui  # noqa: E402
+from strata.cli_volcano import volcano, volcano_sidecar  # noqa: E402
 from strata.cli_why import why  # noqa: E402
 
-for _command in (bind, evict, schedule, export, restore, history, story, diff, faults, why, ui):
+for _command in (
+    bind,
+    evict,
+    schedule,
+    export,
+    restore,
+    history,
+    story,
+    diff,
+    faults,
+    why,
+    ui,
+    volcano,
+    volcano_sidecar,
+):
     main.add_command(_command)
 
 if __name__ == "__main__":

@@ -1,0 +1,563 @@
+// Package logcache implements Volcano's cache.Cache on Strata's cache log.
+//
+// Snapshot builds the ClusterInfo from the full objects of the log (package objects, package
+// clusterinfo) at a version the sidecar's fold has reached too, with the fold's overlays at that
+// version. AddBindTask buffers a job's binds; Flush publishes one BIND_GROUP per job when the
+// session's actions are done with it and learns each verdict from the fold at that record's
+// offset; a rejected group is taken back out of the session before CloseSession writes statuses,
+// so UpdateJobStatus never reports a PodGroup Running on binds the log did not admit. Evict
+// publishes EVICT and waits for its verdict the same way.
+package logcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"volcano.sh/apis/pkg/apis/scheduling"
+	schedulingscheme "volcano.sh/apis/pkg/apis/scheduling/scheme"
+	vcv1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
+	vcclient "volcano.sh/apis/pkg/client/clientset/versioned"
+	vcscheme "volcano.sh/apis/pkg/client/clientset/versioned/scheme"
+	"volcano.sh/volcano/pkg/scheduler/api"
+	schedcache "volcano.sh/volcano/pkg/scheduler/cache"
+	"volcano.sh/volcano/pkg/scheduler/capabilities/volumebinding"
+	"volcano.sh/volcano/pkg/scheduler/framework"
+
+	"strata.local/volcano/internal/avrolog"
+	"strata.local/volcano/internal/cachelog"
+	"strata.local/volcano/internal/clusterinfo"
+	"strata.local/volcano/internal/objects"
+	"strata.local/volcano/internal/sidecar"
+)
+
+var (
+	groupsPublished = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "strata_volcano_bind_groups", Help: "BIND_GROUPs this replica published, by the fold's verdict",
+	}, []string{"outcome"})
+	bindsPublished = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "strata_volcano_binds", Help: "binds in this replica's BIND_GROUPs, by the fold's verdict",
+	}, []string{"outcome"})
+	evictsPublished = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "strata_volcano_evicts", Help: "EVICTs this replica published, by the fold's verdict",
+	}, []string{"outcome"})
+	snapshotSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name: "strata_volcano_snapshot_seconds", Help: "building Volcano's ClusterInfo from the log",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+	})
+	snapshotVersion = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "strata_volcano_snapshot_version", Help: "the version of the last snapshot",
+	})
+	statusSkipped = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "strata_volcano_status_writes_skipped",
+		Help: "PodGroup status writes left out because they reported binds the log did not admit",
+	})
+)
+
+// Config of one replica's cache.
+type Config struct {
+	Context       context.Context // ends the API writes in flight when the replica stops
+	Replica       string
+	Fold          clusterinfo.Config
+	VerdictWithin time.Duration // how long to wait for the fold's verdict on a record
+}
+
+type group struct {
+	job   api.JobID
+	tasks []*api.TaskInfo
+}
+
+// Verdicts of one Flush.
+type Verdicts struct {
+	Groups, Admitted, Rejected int // BIND_GROUPs
+	Binds                      int // binds admitted
+	Reasons                    map[string]int
+}
+
+// Cache is cache.Cache on the cache log.
+type Cache struct {
+	cfg      Config
+	store    *objects.Store
+	builder  *clusterinfo.Builder
+	side     *sidecar.Client
+	writer   *cachelog.Writer
+	catalog  *avrolog.Catalog
+	kube     kubernetes.Interface
+	vc       vcclient.Interface
+	rest     *rest.Config
+	factory  informers.SharedInformerFactory
+	recorder record.EventRecorder
+
+	mu         sync.Mutex
+	groups     []*group
+	byJob      map[api.JobID]*group
+	rejected   map[api.JobID]string // this session's rejected groups, by job
+	minVersion int64                // past this replica's own records: the next snapshot sees them
+	lastStats  clusterinfo.Stats
+	lastErr    error
+	lastTook   time.Duration
+	lastAsk    time.Duration // of lastTook, asking the sidecar
+	lastAt     int64         // the version of the last snapshot
+}
+
+var _ schedcache.Cache = (*Cache)(nil)
+
+// New wires a cache; the store must be followed by the caller (objects.Store.Follow).
+func New(cfg Config, store *objects.Store, side *sidecar.Client, writer *cachelog.Writer,
+	catalog *avrolog.Catalog, restConfig *rest.Config) (*Cache, error) {
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	vc, err := vcclient.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Volcano client: %w", err)
+	}
+	// Never started: the plugins' listers read only what is added to the indexers (CSINodes,
+	// from the log); the other kinds (namespaces, services, PVCs, ...) are not in the log.
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	factory.Core().V1().Namespaces().Informer()
+	factory.Core().V1().Services().Informer()
+	factory.Core().V1().PersistentVolumeClaims().Informer()
+	factory.Core().V1().PersistentVolumes().Informer()
+	factory.Storage().V1().StorageClasses().Informer()
+	factory.Policy().V1().PodDisruptionBudgets().Informer()
+	builder := clusterinfo.NewBuilder(cfg.Fold)
+	builder.CSINodeIndexer = factory.Storage().V1().CSINodes().Informer().GetIndexer()
+
+	broadcaster := record.NewBroadcaster()
+	broadcaster.StartRecordingToSink(&corev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(vcscheme.Scheme, v1.EventSource{Component: "strata-volcano", Host: cfg.Replica})
+	if cfg.VerdictWithin <= 0 {
+		cfg.VerdictWithin = 60 * time.Second
+	}
+	if cfg.Context == nil {
+		cfg.Context = context.Background()
+	}
+	return &Cache{
+		cfg: cfg, store: store, builder: builder, side: side, writer: writer, catalog: catalog,
+		kube: kube, vc: vc, rest: restConfig, factory: factory, recorder: recorder,
+		byJob: map[api.JobID]*group{}, rejected: map[api.JobID]string{},
+	}, nil
+}
+
+// Run does nothing: the store follows the log from the start of the process.
+func (c *Cache) Run(stopCh <-chan struct{}) {}
+
+// WaitForCacheSync blocks until the store is ready (every kind SYNCED, caught up with the
+// log's end as of start) and so is the sidecar's fold.
+func (c *Cache) WaitForCacheSync(stopCh <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stopCh:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := c.WaitReady(ctx); err != nil {
+		klog.Errorf("waiting for the cache: %v", err)
+	}
+}
+
+// WaitReady is WaitForCacheSync with a context and an error.
+func (c *Cache) WaitReady(ctx context.Context) error {
+	if err := c.store.WaitReady(ctx); err != nil {
+		return err
+	}
+	for {
+		if c.sidecarReason(ctx, c.store.Version(), 10*time.Second) == "" {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// sidecarReason is why the sidecar's fold is not ready at minVersion ("" once it is).
+func (c *Cache) sidecarReason(ctx context.Context, minVersion int64, within time.Duration) string {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	st, err := c.side.State(ctx, minVersion)
+	if err != nil {
+		return err.Error()
+	}
+	if st.Reason != nil {
+		return "sidecar: " + *st.Reason
+	}
+	return ""
+}
+
+// NotReadyReason is "" when a session may be opened: the store and the sidecar are ready.
+func (c *Cache) NotReadyReason(ctx context.Context) string {
+	if r := c.store.NotReadyReason(); r != "" {
+		return r
+	}
+	return c.sidecarReason(ctx, 0, 2*time.Second)
+}
+
+// SnapshotReport is what the last Snapshot did.
+type SnapshotReport struct {
+	Version int64
+	Took    time.Duration
+	Sidecar time.Duration // of Took, the sidecar's answer (version, overlays)
+	Stats   clusterinfo.Stats
+	Err     error
+}
+
+// LastSnapshot says what the last Snapshot built, how long it took, and its error.
+func (c *Cache) LastSnapshot() SnapshotReport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return SnapshotReport{Version: c.lastAt, Took: c.lastTook, Sidecar: c.lastAsk, Stats: c.lastStats, Err: c.lastErr}
+}
+
+// Snapshot is Volcano's ClusterInfo at a version both the store and the sidecar's fold have
+// reached (at least past this replica's own records), with the fold's overlays at it.
+// On failure it is empty: the session then decides nothing.
+func (c *Cache) Snapshot() *api.ClusterInfo {
+	started := time.Now()
+	ci, version, stats, err := c.snapshot(context.Background())
+	c.mu.Lock()
+	c.lastStats, c.lastErr, c.lastTook, c.lastAt = stats, err, time.Since(started), version
+	c.mu.Unlock()
+	if err != nil {
+		klog.Errorf("snapshot: %v", err)
+		return &api.ClusterInfo{
+			Nodes: map[string]*api.NodeInfo{}, Jobs: map[api.JobID]*api.JobInfo{},
+			Queues: map[api.QueueID]*api.QueueInfo{}, NamespaceInfo: map[api.NamespaceName]*api.NamespaceInfo{},
+			RevocableNodes: map[string]*api.NodeInfo{}, CSINodesStatus: map[string]*api.CSINodeStatusInfo{},
+		}
+	}
+	snapshotSeconds.Observe(time.Since(started).Seconds())
+	return ci
+}
+
+func (c *Cache) snapshot(ctx context.Context) (*api.ClusterInfo, int64, clusterinfo.Stats, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.VerdictWithin)
+	defer cancel()
+	held := c.store.Hold() // the store stays here until Read takes it to the fold's version
+	c.mu.Lock()
+	want := max(held, c.minVersion)
+	c.mu.Unlock()
+	asked := time.Now()
+	st, err := c.side.State(ctx, want)
+	c.mu.Lock()
+	c.lastAsk = time.Since(asked)
+	c.mu.Unlock()
+	if err != nil {
+		c.store.Release()
+		return nil, 0, clusterinfo.Stats{}, err
+	}
+	if st.Reason != nil {
+		c.store.Release()
+		return nil, 0, clusterinfo.Stats{}, fmt.Errorf("the sidecar's fold is not ready: %s", *st.Reason)
+	}
+	overlays := make(map[string]clusterinfo.Overlay, len(st.Overlays))
+	for _, o := range st.Overlays {
+		status := api.Binding
+		if o.Status == "Releasing" {
+			status = api.Releasing
+		}
+		overlays[o.Pod] = clusterinfo.Overlay{Status: status, Node: o.Node}
+	}
+	var ci *api.ClusterInfo
+	var stats clusterinfo.Stats
+	err = c.store.Read(ctx, st.Version, func(v objects.View) error {
+		ci, stats = c.builder.Build(v, overlays)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, stats, fmt.Errorf("reading the log at the fold's version %d: %w", st.Version, err)
+	}
+	snapshotVersion.Set(float64(st.Version))
+	klog.V(3).Infof("snapshot at version %d: %d nodes, %d jobs, %d tasks, %d overlays, %d decoded",
+		st.Version, stats.Nodes, stats.Jobs, stats.Tasks, stats.Overlays, stats.Decoded)
+	return ci, st.Version, stats, nil
+}
+
+// BeginSession forgets the last session's buffers and verdicts.
+func (c *Cache) BeginSession() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.groups, c.byJob, c.rejected = nil, map[api.JobID]*group{}, map[api.JobID]string{}
+}
+
+// AddBindTask buffers the bind; Flush publishes the job's binds as one BIND_GROUP.
+func (c *Cache) AddBindTask(task *api.TaskInfo) error {
+	if task.NodeName == "" {
+		return fmt.Errorf("task %s/%s has no node to bind to", task.Namespace, task.Name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.byJob[task.Job]
+	if g == nil {
+		g = &group{job: task.Job}
+		c.byJob[task.Job] = g
+		c.groups = append(c.groups, g)
+	}
+	g.tasks = append(g.tasks, task)
+	return nil
+}
+
+// Flush publishes the session's buffered binds, one BIND_GROUP per job in the order the jobs
+// were first dispatched, waits for the fold's verdicts and takes every rejected group back out
+// of the session. Call it after the actions, before framework.CloseSession.
+func (c *Cache) Flush(ctx context.Context, ssn *framework.Session) (Verdicts, error) {
+	c.mu.Lock()
+	groups := c.groups
+	c.groups, c.byJob = nil, map[api.JobID]*group{}
+	c.mu.Unlock()
+	v := Verdicts{Reasons: map[string]int{}}
+	if len(groups) == 0 {
+		return v, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.VerdictWithin)
+	defer cancel()
+	replica := c.cfg.Replica
+	values := make([][]byte, len(groups))
+	for i, g := range groups {
+		rec := avrolog.BindGroup{Replica: &replica}
+		for _, t := range g.tasks {
+			rec.Binds = append(rec.Binds, avrolog.GroupBind{Pod: string(t.UID), Node: t.NodeName, Extensions: map[string]string{}})
+		}
+		value, err := c.catalog.Encode("strata.log.BindGroup", rec)
+		if err != nil {
+			c.takeBack(ssn, groups, "not published")
+			return v, err
+		}
+		values[i] = value
+	}
+	offsets, err := c.writer.Append(ctx, values)
+	if err != nil {
+		c.takeBack(ssn, groups, "not published")
+		return v, err
+	}
+	outcomes, err := c.side.Outcomes(ctx, offsets)
+	if err != nil {
+		c.takeBack(ssn, groups, "no verdict")
+		return v, fmt.Errorf("the fold's verdicts on offsets %v: %w", offsets, err)
+	}
+	c.mu.Lock()
+	c.minVersion = max(c.minVersion, offsets[len(offsets)-1]+1)
+	c.mu.Unlock()
+	v.Groups = len(groups)
+	for i, g := range groups {
+		o := outcomes[offsets[i]]
+		if o.Result == "applied" {
+			v.Admitted++
+			v.Binds += len(g.tasks)
+			groupsPublished.WithLabelValues("admitted").Inc()
+			bindsPublished.WithLabelValues("admitted").Add(float64(len(g.tasks)))
+			continue
+		}
+		v.Rejected++
+		v.Reasons[o.Reason]++
+		groupsPublished.WithLabelValues("rejected").Inc()
+		bindsPublished.WithLabelValues("rejected").Add(float64(len(g.tasks)))
+		klog.V(2).Infof("BIND_GROUP of %s at offset %d %s: %s", g.job, offsets[i], o.Result, o.Reason)
+		c.takeBack(ssn, []*group{g}, o.Result+": "+o.Reason)
+	}
+	return v, nil
+}
+
+// takeBack returns a group's tasks to Pending in the session, off their nodes, so that the
+// statuses CloseSession writes tell what the log admitted.
+func (c *Cache) takeBack(ssn *framework.Session, groups []*group, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, g := range groups {
+		c.rejected[g.job] = reason
+		job := ssn.Jobs[g.job]
+		for _, t := range g.tasks {
+			if node := ssn.Nodes[t.NodeName]; node != nil {
+				if err := node.RemoveTask(t); err != nil {
+					klog.V(4).Infof("taking %s/%s off node %s: %v", t.Namespace, t.Name, t.NodeName, err)
+				}
+			}
+			if job != nil {
+				if err := job.UpdateTaskStatus(t, api.Pending); err != nil {
+					klog.V(4).Infof("returning %s/%s to Pending: %v", t.Namespace, t.Name, err)
+				}
+			}
+			t.NodeName = ""
+			t.Pod.Spec.NodeName = ""
+		}
+	}
+}
+
+// Evict publishes EVICT and returns the fold's verdict (an error when it is not applied).
+func (c *Cache) Evict(task *api.TaskInfo, reason string) error {
+	ctx, cancel := context.WithTimeout(c.cfg.Context, c.cfg.VerdictWithin)
+	defer cancel()
+	replica := c.cfg.Replica
+	value, err := c.catalog.Encode("strata.log.Evict", avrolog.Evict{Pod: string(task.UID), Reason: &reason, Replica: &replica})
+	if err != nil {
+		return err
+	}
+	offsets, err := c.writer.Append(ctx, [][]byte{value})
+	if err != nil {
+		return err
+	}
+	outcomes, err := c.side.Outcomes(ctx, offsets)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.minVersion = max(c.minVersion, offsets[0]+1)
+	c.mu.Unlock()
+	o := outcomes[offsets[0]]
+	evictsPublished.WithLabelValues(o.Result).Inc()
+	if o.Result != "applied" {
+		return fmt.Errorf("EVICT of %s/%s at offset %d %s: %s", task.Namespace, task.Name, offsets[0], o.Result, o.Reason)
+	}
+	return nil
+}
+
+// BindPodGroup (multi-cluster forwarding) is not supported on the cache log.
+func (c *Cache) BindPodGroup(job *api.JobInfo, cluster string) error {
+	return errors.New("BindPodGroup (forwarding to another cluster) is not supported by strata-volcano")
+}
+
+// RecordJobStatusEvent is Volcano's, without the pods' PodScheduled conditions: replicas that
+// disagree on a fit error would rewrite every pending pod each cycle.
+func (c *Cache) RecordJobStatusEvent(job *api.JobInfo, updatePG bool) {
+	if job.PodGroup == nil {
+		return
+	}
+	phase := job.PodGroup.Status.Phase
+	unschedulable := phase == scheduling.PodGroupUnknown || phase == scheduling.PodGroupPending || phase == scheduling.PodGroupInqueue
+	if unschedulable {
+		msg := fmt.Sprintf("%v/%v tasks in gang unschedulable: %v",
+			len(job.TaskStatusIndex[api.Pending]), len(job.Tasks), job.FitError())
+		c.recordPodGroupEvent(job.PodGroup, v1.EventTypeWarning, string(scheduling.PodGroupUnschedulableType), msg)
+	} else if updatePG {
+		c.recordPodGroupEvent(job.PodGroup, v1.EventTypeNormal, string(scheduling.PodGroupScheduled), string(scheduling.PodGroupReady))
+	}
+}
+
+func (c *Cache) recordPodGroupEvent(pg *api.PodGroup, eventType, reason, msg string) {
+	out := &vcv1beta1.PodGroup{}
+	if err := schedulingscheme.Scheme.Convert(&pg.PodGroup, out, nil); err != nil {
+		klog.Errorf("converting PodGroup %s/%s: %v", pg.Namespace, pg.Name, err)
+		return
+	}
+	c.recorder.Eventf(out, eventType, reason, msg)
+}
+
+// unadmitted says why a PodGroup status must not be written: it reports a gang Running (or
+// Completed) that the log has not admitted. Flush has taken rejected groups back out of the
+// session, so this only catches what slipped past it.
+func (c *Cache) unadmitted(job *api.JobInfo) string {
+	phase := job.PodGroup.Status.Phase
+	if phase != scheduling.PodGroupRunning && phase != scheduling.PodGroupCompleted {
+		return ""
+	}
+	allocated := 0
+	for status, tasks := range job.TaskStatusIndex {
+		if api.AllocatedStatus(status) || status == api.Succeeded {
+			allocated += len(tasks)
+		}
+	}
+	c.mu.Lock()
+	reason, rejected := c.rejected[job.UID]
+	c.mu.Unlock()
+	if rejected && int32(allocated) < job.PodGroup.Spec.MinMember {
+		return fmt.Sprintf("%s: its group was %s", phase, reason)
+	}
+	return ""
+}
+
+// UpdateJobStatus writes the PodGroup through the API (a plain update carrying its
+// resourceVersion: a replica with an older view gets a conflict), then records its event.
+func (c *Cache) UpdateJobStatus(job *api.JobInfo, updatePG bool) (*api.JobInfo, error) {
+	if updatePG {
+		if why := c.unadmitted(job); why != "" {
+			statusSkipped.Inc()
+			klog.Warningf("not writing PodGroup %s/%s: %s", job.Namespace, job.Name, why)
+			return job, nil
+		}
+		pg := &vcv1beta1.PodGroup{}
+		if err := schedulingscheme.Scheme.Convert(&job.PodGroup.PodGroup, pg, nil); err != nil {
+			return nil, fmt.Errorf("converting PodGroup %s/%s: %w", job.Namespace, job.Name, err)
+		}
+		ctx, cancel := context.WithTimeout(c.cfg.Context, 30*time.Second)
+		defer cancel()
+		updated, err := c.vc.SchedulingV1beta1().PodGroups(pg.Namespace).Update(ctx, pg, metav1.UpdateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("updating PodGroup %s/%s: %w", pg.Namespace, pg.Name, err)
+		}
+		info := &api.PodGroup{Version: api.PodGroupVersionV1Beta1}
+		if err := schedulingscheme.Scheme.Convert(updated, &info.PodGroup, nil); err != nil {
+			return nil, fmt.Errorf("converting PodGroup %s/%s: %w", pg.Namespace, pg.Name, err)
+		}
+		job.PodGroup = info
+	}
+	c.RecordJobStatusEvent(job, updatePG)
+	return job, nil
+}
+
+// UpdateQueueStatus writes the Queue's status subresource. Volcano computes it from the
+// session's Running tasks, which come from the pods in the log, never from binds in flight.
+func (c *Cache) UpdateQueueStatus(queue *api.QueueInfo) error {
+	out := &vcv1beta1.Queue{}
+	if err := schedulingscheme.Scheme.Convert(queue.Queue, out, nil); err != nil {
+		return fmt.Errorf("converting Queue %s: %w", queue.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(c.cfg.Context, 30*time.Second)
+	defer cancel()
+	if _, err := c.vc.SchedulingV1beta1().Queues().UpdateStatus(ctx, out, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("updating the status of Queue %s: %w", queue.Name, err)
+	}
+	return nil
+}
+
+// GetPodVolumes: the log carries no PVCs or PVs; strata-volcano binds no volumes.
+func (c *Cache) GetPodVolumes(task *api.TaskInfo, node *v1.Node) (*volumebinding.PodVolumes, error) {
+	return nil, nil
+}
+
+// AllocateVolumes does nothing (see GetPodVolumes).
+func (c *Cache) AllocateVolumes(task *api.TaskInfo, hostname string, podVolumes *volumebinding.PodVolumes) error {
+	return nil
+}
+
+// BindVolumes does nothing (see GetPodVolumes).
+func (c *Cache) BindVolumes(task *api.TaskInfo, volumes *volumebinding.PodVolumes) error { return nil }
+
+// RevertVolumes does nothing (see GetPodVolumes).
+func (c *Cache) RevertVolumes(task *api.TaskInfo, podVolumes *volumebinding.PodVolumes) {}
+
+// Client is the Kubernetes client of status writes and events.
+func (c *Cache) Client() kubernetes.Interface { return c.kube }
+
+// ClientConfig is its rest config.
+func (c *Cache) ClientConfig() *rest.Config { return c.rest }
+
+// UpdateSchedulerNumaInfo: NUMA topology is not in the log.
+func (c *Cache) UpdateSchedulerNumaInfo(sets map[string]api.ResNumaSets) error { return nil }
+
+// SharedInformerFactory is never started: its listers hold what the log feeds them.
+func (c *Cache) SharedInformerFactory() informers.SharedInformerFactory { return c.factory }
+
+// SetMetricsConf: node usage metrics (a metrics server) are not read.
+func (c *Cache) SetMetricsConf(conf map[string]string) {}
+
+// EventRecorder records PodGroup events through the API.
+func (c *Cache) EventRecorder() record.EventRecorder { return c.recorder }
