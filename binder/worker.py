@@ -23,7 +23,10 @@ The API call itself is not repeated: a command that an earlier attempt may have 
 if the pod says it was not done. Suspect are the commands of an aborted batch; after a partition
 is assigned, its first ``batch_max`` commands that were already in it (a predecessor commits each
 batch before it takes the next, so what it may have done without committing lies there); and
-every command of a retry tier (the failure that sent it there may have taken effect).
+every command of a retry tier (the failure that sent it there may have taken effect). A batch
+whose transaction aborted is redone by the same worker, most often (a broker lost, a rebalance):
+it keeps what each of its commands came to and reuses it, with no read and no call (a refusal or
+a 5xx leaves nothing on the pod to read), and writes no outcome a second time.
 
 A retry tier holds commands back for its delay: it pauses a partition whose head is not due yet
 (record timestamp + delay), seeks back to it and keeps polling; it resumes once due.
@@ -60,6 +63,7 @@ ERROR = "strata.error"
 DUE_MS = "strata.due_ms"
 REASON = "strata.reason"
 OFFSETS_TIMEOUT_S = 5.0
+OFFSETS_GRACE_S = 5.0  # past its own timeout, how long send_offsets_to_transaction is waited for
 STOP_REDO_S = 15.0  # how long a stopping worker keeps redoing an aborted batch
 
 
@@ -106,9 +110,19 @@ class _Item:
     bad: str | None = None  # why the message did not decode
     result: Result | None = None
     suspect: bool = False  # an earlier attempt may have carried it out
+    recorded: bool = False  # its outcome record is published already
+
+
+@dataclass(frozen=True)
+class _Done:
+    """What a command of an aborted batch came to, kept for the batch's redo in this worker."""
+
+    result: Result
+    recorded: bool
 
 
 Partition = tuple[str, int]
+Position = tuple[str, int, int]  # topic, partition, offset of one command
 
 
 class CommandWorker:
@@ -145,6 +159,7 @@ class CommandWorker:
         # possible batch not yet read, counted in messages: transaction markers take offsets too)
         self._inherited: dict[Partition, tuple[int | None, int]] = {}
         self._suspect_below: dict[Partition, int] = {}  # an aborted batch: below this offset
+        self._done: dict[Position, _Done] = {}  # aborted batches' commands, until committed past
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._outcomes = Publisher(settings)  # into the cache log: idempotent, never transactional
@@ -175,17 +190,29 @@ class CommandWorker:
             # no outcome in the log yet: redo it now rather than leave that to the next binder.
             deadline = time.monotonic() + STOP_REDO_S
             while self._redo and time.monotonic() < deadline:
-                self.step()
+                try:
+                    self.step()
+                except KafkaException as exc:  # fenced as it stops: the batch's next owner redoes it
+                    log.warning("%s: stopping with the batch not redone (%s)", self.transactional_id, exc)
+                    break
         finally:
             # no transaction is open between steps: every step commits or aborts its own
             consumer.close()
             self._producer.flush(5.0)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        # a rebalance forgets pauses: pause again what is still held back (re-checked when fetched)
+        # librdkafka keeps a partition paused across a rebalance (revoked, then assigned again),
+        # but _on_revoke forgot why, so nothing would ever resume it: its commands would wait for
+        # the next restart. Resume what this worker does not hold back (its head is fetched and
+        # held again when not due yet); pause what it does.
         held = [tp for tp in partitions if (tp.topic, tp.partition) in self._paused]
+        free = [tp for tp in partitions if (tp.topic, tp.partition) not in self._paused]
+        if free:
+            consumer.resume(free)
         if held:
             consumer.pause(held)
+        # at INFO (the operator fault scenarios read it): which rebalance met which held head
+        log.info("%s: assigned %s", self.group_instance_id, ",".join(str(tp.partition) for tp in partitions))
         for tp in partitions:
             self._inherited[(tp.topic, tp.partition)] = (_end(consumer, tp), self.batch_max)
 
@@ -208,8 +235,9 @@ class CommandWorker:
         self._carry_out(items)
         self._redo = True
         try:
-            self._commit(consumer, items)
+            committed = self._commit(consumer, items)
             self._redo = False
+            self._forget_done(committed)
         except txn.Abort as exc:
             log.warning("%s: transaction aborted (%s); redoing the batch", self.transactional_id, exc)
             metrics.ABORTS.labels(self.transactional_id).inc()
@@ -229,6 +257,13 @@ class CommandWorker:
         now_ms = int(time.time() * 1000)
         for msg in msgs:
             err = msg.error()
+            # (the event's code is _FATAL; its fatal() flag is not set)
+            if err is not None and (err.fatal() or err.code() == KafkaError._FATAL):
+                # The consumer is unusable for good (a static member fenced: another process of
+                # this --instance, or, after a broker loss, librdkafka's own rejoin). Left running,
+                # the worker would hold its partitions and do nothing; stopping lets the process
+                # exit and its orchestrator start it again, which fences any zombie.
+                raise KafkaException(err)
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("%s: %s", self.stage.topic, err.str())
@@ -266,6 +301,7 @@ class CommandWorker:
         consumer.pause([tp])
         consumer.seek(tp)  # the head is read again after the resume
         self._paused[(topic, partition)] = due_ms
+        log.info("%s: holding partition %d at offset %d until %d", self.group_instance_id, partition, tp.offset, due_ms)
 
     def _resume_due(self, consumer: Consumer) -> None:
         if not self._paused:
@@ -299,6 +335,10 @@ class CommandWorker:
 
     def _run_in_order(self, group: list[_Item]) -> None:
         for item in group:
+            done = self._done.get(_position(item.msg))
+            if done is not None:  # carried out here before its batch aborted: that stands
+                item.result, item.recorded = done.result, done.recorded
+                continue
             result = self.action.done_already(item.command) if item.suspect else None
             if result is not None:
                 metrics.FOUND_DONE.labels(self.spec.work).inc()
@@ -309,7 +349,8 @@ class CommandWorker:
             item.result = result
 
     # ------------------------------------------------------------------------------ commit
-    def _commit(self, consumer: Consumer, items: list[_Item]) -> None:
+    def _commit(self, consumer: Consumer, items: list[_Item]) -> dict[Partition, int]:
+        """Carry the batch's consequences out in one transaction; the offsets committed."""
         producer = self._producer
         assert producer is not None
         offsets: dict[tuple[str, int], int] = {}
@@ -320,11 +361,13 @@ class CommandWorker:
         # consumer joins only when it polls again): it must not do so while the transaction holds
         # forwarded records, which read_committed tier workers could not read past meanwhile. It
         # gets one short try; a failure aborts and the batch is redone after the rebalance.
+        positions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        group = consumer.consumer_group_metadata()
         txn.call(
-            lambda: producer.send_offsets_to_transaction(
-                [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
-                consumer.consumer_group_metadata(),
-                OFFSETS_TIMEOUT_S,
+            lambda: _bounded(
+                lambda: producer.send_offsets_to_transaction(positions, group, OFFSETS_TIMEOUT_S),
+                OFFSETS_TIMEOUT_S + OFFSETS_GRACE_S,
+                "send_offsets_to_transaction",
             ),
             attempts=1,
         )
@@ -337,6 +380,14 @@ class CommandWorker:
         for counter, *labels in counts:
             counter.labels(*labels).inc()
         self.processed += len(items)
+        return offsets
+
+    def _forget_done(self, committed: dict[Partition, int]) -> None:
+        """What aborted batches came to, below offsets now committed: never read again here. Kept
+        through a rebalance otherwise: a partition that comes back (after a broker loss, most
+        often to the same worker) is redone from it."""
+        if self._done:
+            self._done = {p: d for p, d in self._done.items() if p[2] >= committed.get(p[:2], -1)}
 
     def _route(self, producer: Producer, item: _Item) -> list[tuple[Any, ...]]:
         """Produce what one command comes to; returns the counters (and labels) to count it by."""
@@ -347,18 +398,22 @@ class CommandWorker:
         result = item.result
         assert result is not None
         if result.kind == "ok":
-            self._outcome(self.spec.succeeded(item.command))
+            self._outcome(item, self.spec.succeeded(item.command))
             return [(metrics.OUTCOMES, work, "succeeded")]
         if result.kind == "transient" and not self.stage.last:
             self._forward(producer, item.msg, self.stage.next_topic, result.reason)
             return [(metrics.RETRIES, work, self.stage.next_topic)]
         cause = "terminal" if result.kind == "terminal" else "exhausted"
         self._forward(producer, item.msg, self.dead_letter, result.reason, reason=cause)
-        self._outcome(self.spec.failed(item.command, result.reason))
+        self._outcome(item, self.spec.failed(item.command, result.reason))
         return [(metrics.DEAD_LETTERS, work, cause), (metrics.OUTCOMES, work, "failed")]
 
-    def _outcome(self, record: LogRecord) -> None:
-        self._outcomes.publish(self.cache_log, encode(record), key=record_key(record))
+    def _outcome(self, item: _Item, record: LogRecord) -> None:
+        # once queued, the idempotent producer delivers it whatever the transaction does (or the
+        # publisher raises on its next use): a redo must not write it again
+        if not item.recorded:
+            self._outcomes.publish(self.cache_log, encode(record), key=record_key(record))
+            item.recorded = True
 
     def _forward(self, producer: Producer, msg: Message, topic: str, error: str, reason: str = "") -> None:
         old = dict(msg.headers() or [])
@@ -389,11 +444,41 @@ class CommandWorker:
         for item in done:
             tp = where(item.msg)
             self._suspect_below[tp] = max(self._suspect_below.get(tp, 0), offset_of(item.msg) + 1)
+            if item.result is not None:
+                self._done[_position(item.msg)] = _Done(item.result, item.recorded)
         self._paused.clear()
         assignment = consumer.assignment()
         if assignment:
             consumer.resume(assignment)
         txn.rewind(consumer, assignment)
+
+
+def _bounded(op: Callable[[], None], seconds: float, what: str) -> None:
+    """``op`` on a thread of its own, waited for ``seconds`` at most. librdkafka's
+    send_offsets_to_transaction can block past its own timeout once the group coordinator is gone
+    (librdkafka #5456, #5511: after a broker loss), and a worker blocked there never polls: the
+    group's rebalance then waits for it until max.poll.interval.ms (5 minutes), and every worker of
+    the group with it. Past ``seconds`` the producer is given up for a new one (Fatal), whose
+    init_transactions fences it; the call left behind ends when librdkafka lets it."""
+    failed: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            op()
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=call, name=what, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise txn.Fatal(f"{what} did not return in {seconds:g} s")
+    if failed:
+        raise failed[0]
+
+
+def _position(msg: Message) -> Position:
+    return (*where(msg), offset_of(msg))
 
 
 def _end(consumer: Consumer, tp: TopicPartition) -> int | None:

@@ -9,11 +9,18 @@ from pathlib import Path
 import click
 
 from strata.cliopts import kafka_options
+from strata.faults import SCENARIOS
 from strata.log.config import Settings
 
 
 @click.command()
-@click.option("--only", "only", multiple=True, metavar="NAME", help="run only these scenarios (repeatable)")
+@click.option(
+    "--only",
+    "only",
+    multiple=True,
+    metavar="NAME",
+    help=f"run only these scenarios (repeatable): {', '.join(SCENARIOS)}",
+)
 @click.option("--quick", is_flag=True, help="fewer runs per scenario (what the default test suite runs)")
 @click.option("--kubeconfig", metavar="FILE", help="the local cluster  [env: KUBECONFIG]")
 @kafka_options
@@ -26,7 +33,7 @@ def faults(settings: Settings, only: tuple[str, ...], quick: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from strata.faults import SCENARIOS, FaultContext, FaultResult, scenario
+    from strata.faults import FaultContext, FaultResult, scenario
     from strata.log.errors import StrataError
 
     names = list(only) or list(SCENARIOS)

@@ -30,6 +30,9 @@ SCENARIOS: dict[str, str] = {
     "rbac": "rbac",
     "load": "load",
     "broker-loss": "broker_loss",
+    "rolling-restart": "rolling_restart",
+    "binder-broker-loss": "binder_broker_loss",
+    "retry-repause": "retry_repause",
 }
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import random
 import subprocess
-import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -31,12 +30,12 @@ from strata.faults import FaultContext, FaultResult, Verdict
 from strata.faults.common import (
     STRATA,
     LogView,
-    api_writes,
     create_node,
     env_for,
     fresh_log,
     kill_after,
     pod_body,
+    settled_writes,
     terminate,
     until,
 )
@@ -60,8 +59,9 @@ def run(ctx: FaultContext) -> FaultResult:
     rng = random.Random(7)
     api = KubeApi(ctx.settings.kubeconfig)
     ns = f"faults-{uuid.uuid4().hex[:8]}"
-    with fresh_log(ctx.settings, "binder") as settings:
-        env = env_for(settings, STRATA_DB_URL=f"sqlite:///{ctx.workdir / 'c.db'}", STRATA_RETRY_DELAYS="1,2")
+    # short retry tiers, whose topics the binders check for at start
+    with fresh_log(ctx.settings.with_(retry_delays_s=(1, 2)), "binder") as settings:
+        env = env_for(settings, STRATA_DB_URL=f"sqlite:///{ctx.workdir / 'c.db'}")
         fold = ["--scheduler-name", ns]
         config = FoldConfig(scheduler_names=(ns,))
         log = LogView(CacheLogReader(settings), config)  # the log as it grows, read once
@@ -251,23 +251,9 @@ def _observe(
         evicted=frozenset(evicted),
         evict_outcomes=frozenset(evict_outcomes),
         bound={p["metadata"]["uid"]: p["spec"].get("nodeName") for p in _list(api, ns)},
-        writes=_settled_writes(settings, ns),
+        writes=settled_writes(settings, ns),
         binding=tuple(_binding(state)),
     )
-
-
-def _settled_writes(settings: Settings, ns: str, timeout_s: float = 30.0) -> dict[tuple[str, str], tuple[int, ...]]:
-    """The audited writes once two reads a second apart agree (events are written as requests end);
-    after ``timeout_s`` the last read."""
-    last = api_writes(settings, ns)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        time.sleep(1.0)
-        now = api_writes(settings, ns)
-        if now == last:
-            break
-        last = now
-    return last
 
 
 def _controls(result: FaultResult, seen: Observed, settings: Settings, api: KubeApi, ns: str) -> None:
@@ -285,7 +271,7 @@ def _controls(result: FaultResult, seen: Observed, settings: Settings, api: Kube
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     api.call("POST", f"/api/v1/namespaces/{ns}/pods/{name}/binding", binding, timeout=10.0)  # 409: bound already
-    result.control("a real second Binding call", check(replace(seen, writes=_settled_writes(settings, ns))))
+    result.control("a real second Binding call", check(replace(seen, writes=settled_writes(settings, ns))))
     other = next(n for n in sorted(set(seen.placement.values())) if n != node)
     dropped = tuple(o for o in seen.bind_outcomes if o.pod != uid)
     writes = dict(seen.writes)

@@ -11,6 +11,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +159,38 @@ def api_writes(settings: Settings, namespace: str) -> dict[tuple[str, str], tupl
     return {key: tuple(codes) for key, codes in calls.items()}
 
 
+@dataclass(frozen=True)
+class ApiCall:
+    """One audited write: when the API server received it and answered it (epoch seconds), and how."""
+
+    received: float
+    answered: float
+    status: int
+
+
+def api_calls(settings: Settings, namespace: str) -> dict[tuple[str, str], tuple[ApiCall, ...]]:
+    """``api_writes`` with the times of each call: a retry's distance from the failure before it."""
+    from strata.devstack import Stack
+
+    calls: dict[tuple[str, str], list[ApiCall]] = {}
+    for event in Stack(Path(settings.data_dir)).apiserver.audit_events():
+        ref = event.get("objectRef") or {}
+        if ref.get("namespace") != namespace or ref.get("resource") not in ("pods", "bindings"):
+            continue
+        what = ref.get("subresource") or ("binding" if ref.get("resource") == "bindings" else event.get("verb", ""))
+        call = ApiCall(
+            _epoch(event.get("requestReceivedTimestamp")),
+            _epoch(event.get("stageTimestamp")),
+            int((event.get("responseStatus") or {}).get("code") or 0),
+        )
+        calls.setdefault((what, ref.get("name", "")), []).append(call)
+    return {key: tuple(found) for key, found in calls.items()}
+
+
+def _epoch(stamp: str | None) -> float:
+    return datetime.fromisoformat(stamp).timestamp() if stamp else 0.0
+
+
 def pod_body(ns: str, name: str, group: str, scheduler: str = "volcano", cpu: str = "100m") -> dict[str, Any]:
     """A pod of a PodGroup, for the named scheduler: a task of the snapshot once its group exists."""
     return {
@@ -208,3 +242,17 @@ def percentile(values: list[int], p: int) -> int:
     if not values:
         return 0
     return values[min(len(values) - 1, int(len(values) * p / 100))]
+
+
+def settled_writes(settings: Settings, ns: str, timeout_s: float = 30.0) -> dict[tuple[str, str], tuple[int, ...]]:
+    """The audited writes (``api_writes``) once two reads a second apart agree: the audit log gets
+    each event as its request ends."""
+    last = api_writes(settings, ns)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = api_writes(settings, ns)
+        if now == last:
+            break
+        last = now
+    return last

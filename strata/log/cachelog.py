@@ -82,7 +82,7 @@ class Publisher:
 
             def report(err: KafkaError | None, msg: Message) -> None:
                 self._on_delivery(err, msg)
-                if err is None:
+                if err is None and msg.offset() is not None:
                     on_offset(offset_of(msg))
 
         while True:
@@ -114,7 +114,11 @@ class Publisher:
             else:
                 topic, partition = where(msg)
                 self.delivered[topic] += 1
-                self.last_offset[(topic, partition)] = offset_of(msg)
+                # Right after a whole cluster restarts, a broker that already had the batch may
+                # confirm it without an offset: delivered all the same (a caller waiting for
+                # the offset says so itself); raising here would kill the producer's callback.
+                if msg.offset() is not None:
+                    self.last_offset[(topic, partition)] = offset_of(msg)
                 PUBLISHED.labels(topic).inc()
 
     def _raise_on_failure(self) -> None:
