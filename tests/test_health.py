@@ -187,6 +187,7 @@ def test_binder_ready_once_its_parts_run_and_the_dispatcher_caught_up(
 
 
 def _dispatched_to(port: int, version: int) -> str:
+    """The dispatcher has folded at least ``version`` records (its binder may append outcomes)."""
     text = get(port, "/metrics")[1]
-    assert metric(text, "strata_applied_version") == version
+    assert metric(text, "strata_applied_version") >= version
     return text

@@ -587,7 +587,7 @@ def test_why_a_job_of_the_sample_history_waits(kafka: Settings, tmp_path: Path):
     waits with one of its two members; before the binds, both waited for the gang."""
     demo = run("demo", env=env_of(kafka), timeout=120)
     assert demo.returncode == 0, demo.stderr
-    prefix = demo.stdout.split("--topic-prefix ")[-1].split()[0]
+    prefix = demo.stdout.split("--topic-prefix ")[1].split()[0]
     assert prefix.startswith(kafka.topic_prefix)
     env = {**env_of(kafka), "STRATA_TOPIC_PREFIX": prefix, "STRATA_DB_URL": f"sqlite:///{tmp_path / 'c.db'}"}
 
