@@ -158,7 +158,7 @@ def test_three_replicas_bind_500_pods_exactly_once(cluster: tuple[Settings, Kube
     uids = {p["metadata"]["uid"] for p in pods}
     assert set(admitted) == uids and set(admitted.values()) == {1}, "every pod admitted exactly once"
     assert set(succeeded) == uids and set(succeeded.values()) == {1}, "every pod bound exactly once"
-    assert rejected, "racing replicas must have lost some BINDs"
+    # whole gangs go as one BIND_GROUP each: replicas may or may not collide in a given run
     tasks = [t for t in state.tasks.values() if t.namespace == ns]
     assert len(tasks) == PODS and {t.status for t in tasks} == {"Bound"}
     assert {p["metadata"]["uid"]: p["spec"]["nodeName"] for p in pods} == placed, "bound where admitted"
