@@ -14,6 +14,11 @@ _position_help = "an offset, or an ISO-8601 time (Kafka's record timestamps)"
 output_choice = click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 
 
+def say(line: str) -> None:
+    """A notice of the CLI's (a catch-up of the audit index), on stderr."""
+    click.echo(f"strata: {line}", err=True)
+
+
 def _index(settings: Settings, fold: Any) -> tuple[Any, Any]:
     """The runner and the audit index, the index brought up to the log's end as of now."""
     from strata.history import catch_up
@@ -21,15 +26,7 @@ def _index(settings: Settings, fold: Any) -> tuple[Any, Any]:
 
     runner = log_runner(settings, fold)
     index = AuditIndex(runner.store.engine)
-    indexed, end = index.indexed_to(runner.identity), runner.reader.end_offset()
-    if indexed < end:
-        # said first: on a long log with no projector running, the catch-up takes a while
-        click.echo(
-            f"strata: indexing offsets {indexed} to {end - 1} of the cache log first "
-            "(`strata project` keeps the audit index up to date)",
-            err=True,
-        )
-        catch_up(runner, index, end)
+    catch_up(runner, index, runner.reader.end_offset(), say)
     return runner, index
 
 

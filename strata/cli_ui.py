@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from strata.cli_audit import say
 from strata.cliopts import db_option, fold_options, kafka_options, log_runner
 from strata.log.config import Settings
 
@@ -44,6 +45,7 @@ def ui(settings: Settings, fold: Any, host: str, port: int, token: str | None, c
     """Serve the web UI: the cache at any version (a time slider, live mode), jobs, pods, nodes, replicas."""
     import uvicorn
 
+    from strata.history import catch_up
     from strata.projector.auditstore import AuditIndex
     from strata.ui.app import allowed_hosts, create_app
     from strata.ui.source import Source
@@ -53,7 +55,8 @@ def ui(settings: Settings, fold: Any, host: str, port: int, token: str | None, c
     runner = log_runner(settings, fold)
     index = AuditIndex(runner.store.engine)
     if keep_index:
-        _catch_up(runner, index)
+        # the pages' histories must reach the version they show
+        catch_up(runner, index, runner.reader.end_offset(), say)
     stop = threading.Event()
     timeline = Timeline(runner, index if keep_index else None, budget_bytes=cache_mb << 20)
     timeline.start(stop)
@@ -83,18 +86,3 @@ def _listen(host: str, port: int) -> socket.socket:
     sock.listen(128)
     sock.set_inheritable(True)
     return sock
-
-
-def _catch_up(runner: Any, index: Any) -> None:
-    """Bring the audit index up to the log's end first, as `strata history` does, so that the
-    pages' histories reach the version they show."""
-    from strata.history import catch_up
-
-    indexed, end = index.indexed_to(runner.identity), runner.reader.end_offset()
-    if indexed < end:
-        click.echo(
-            f"strata: indexing offsets {indexed} to {end - 1} of the cache log first "
-            "(`strata project` keeps the audit index up to date)",
-            err=True,
-        )
-        catch_up(runner, index, end)

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from strata.cli_audit import say
 from strata.cliopts import db_option, fold_options, kafka_options
 from strata.log.config import Settings
 
@@ -39,7 +40,7 @@ def _why_command(kind: str, what: str) -> click.Command:
             short,
             position,
             fold,
-            notice=lambda line: click.echo(f"strata: {line}", err=True),
+            notice=say,
         )
         if output == "json":
             click.echo(json.dumps(answer.to_json(), sort_keys=True, ensure_ascii=False))

@@ -11,7 +11,7 @@ import math
 import re
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -59,14 +59,25 @@ def version_at(reader: Any, position: Position, end: int) -> int:
     return reader.version_at_time(position.time_ms)
 
 
-def catch_up(runner: LogRunner, index: AuditIndex, end: int) -> None:
+def catch_up(
+    runner: LogRunner, index: AuditIndex, end: int, notice: Callable[[str], None] = lambda _line: None
+) -> None:
     """Bring the audit index up to ``end`` (records) as `strata project --stop-at-end` would.
 
     A history read from an index that lags the log would leave out the newest records without a
     word; the index derives from the log, so the reader brings it up to date itself, with the
     projector's own follow: the newest checkpoint at or below the index's position (none: the log
     from offset 0), the fold on to ``end`` with its audit entries, and a checkpoint there, so that
-    the next catch-up starts from it and not from as far back."""
+    the next catch-up starts from it and not from as far back. ``notice`` hears one line first
+    (on a long log with no projector running, the catch-up takes a while); an index already at
+    ``end`` costs one query."""
+    indexed = index.indexed_to(runner.identity)
+    if indexed >= end:
+        return
+    notice(
+        f"indexing offsets {indexed} to {end - 1} of the cache log first "
+        "(`strata project` keeps the audit index up to date)"
+    )
     stop = threading.Event()
 
     def stop_at_end(progress: Progress) -> None:

@@ -55,7 +55,7 @@ def explain(
     end = runner.reader.end_offset()
     version = end if at is None else version_at(runner.reader, at, end)
     index = AuditIndex(store.engine)
-    index_up_to(runner, index, version, notice)
+    catch_up(runner, index, version, notice)
     snapshot = runner.state_at(version).snapshot()
     return explain_snapshot(runner, index, snapshot, kind, namespace, name)
 
@@ -65,18 +65,6 @@ def parse_name(kind: str, text: str) -> tuple[str, str]:
     subject_of(kind, text)
     namespace, _, name = text.partition("/")
     return namespace, name
-
-
-def index_up_to(runner: LogRunner, index: AuditIndex, version: int, notice: Callable[[str], None]) -> None:
-    """Bring the audit index up to ``version`` (records) when it lags, as `strata history` does."""
-    indexed = index.indexed_to(runner.identity)
-    if indexed >= version:
-        return
-    notice(
-        f"indexing offsets {indexed} to {version - 1} of the cache log first "
-        "(`strata project` keeps the audit index up to date)"
-    )
-    catch_up(runner, index, version)
 
 
 def explain_snapshot(
