@@ -19,7 +19,8 @@ from strata.log.cachelog import CacheLogReader
 from strata.log.config import Settings
 from strata.log.topics import TopicNames
 from tests.conftest import REPO
-from tests.test_health import CONFORMANCE, eventually, publish, started
+from tests.test_binder_support import eventually
+from tests.test_health import CONFORMANCE, WAIT_S, publish, started
 from tests.test_kafka_cli import env_of
 
 pytestmark = pytest.mark.kafka
@@ -105,9 +106,9 @@ def test_every_dashboard_query_has_data_and_a_projector_restart_shows(
             ]:
                 scraped.register(component, port)
             ready = f'strata_ready{{job="strata-projector",run="{run}"}}'
-            eventually(lambda: _equals(url, ready, 0.0))
+            eventually(lambda: _equals(url, ready, 0.0), timeout_s=WAIT_S)
             publish(env, [json.dumps({"type": "SYNCED", "kind": "HyperNode"})], tmp_path)
-            eventually(lambda: _equals(url, ready, 1.0))
+            eventually(lambda: _equals(url, ready, 1.0), timeout_s=WAIT_S)
             # records keep arriving, so rates are not all zero and checkpoints keep being written
             _trickle(kafka, tmp_path, lambda: eventually(lambda: _no_blind_panel(url), timeout_s=90))
             _restart_projector(url, run, proj, projector, kafka, env, tmp_path, scraped)
@@ -169,17 +170,17 @@ def _restart_projector(
     applied = f'strata_applied_version{{job="strata-projector",run="{run}"}}'
     proj.terminate()
     proj.wait(60)
-    eventually(lambda: _equals(url, up, 0.0))
+    eventually(lambda: _equals(url, up, 0.0), timeout_s=WAIT_S)
     assert promql(url, ready) == []  # a target that is down has no readiness, not a stale 1
     publish(env, [json.dumps({"type": "SYNCED", "kind": "Node"})] * 3, tmp_path)  # the log grows meanwhile
     end = CacheLogReader(settings).end_offset()
     with started(argv, env) as (_, port):
         scraped.register("projector", port)
-        eventually(lambda: _equals(url, up, 1.0))
+        eventually(lambda: _equals(url, up, 1.0), timeout_s=WAIT_S)
         # ingest keeps publishing what the shared apiserver does: at least the end, and no lag
-        eventually(lambda: _at_least(url, applied, float(end)))
-        eventually(lambda: _equals(url, lag, 0.0))
-        eventually(lambda: _equals(url, ready, 1.0))
+        eventually(lambda: _at_least(url, applied, float(end)), timeout_s=WAIT_S)
+        eventually(lambda: _equals(url, lag, 0.0), timeout_s=WAIT_S)
+        eventually(lambda: _equals(url, ready, 1.0), timeout_s=WAIT_S)
 
 
 def _equals(url: str, expr: str, expected: float) -> None:

@@ -10,19 +10,20 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from strata.health import Health, HealthServer
 from strata.log.config import Settings
+from tests.test_binder_support import eventually
 from tests.test_kafka_cli import env_of
 
 pytestmark = pytest.mark.kafka
 STRATA = str(Path(sys.executable).with_name("strata"))
+WAIT_S = 60.0  # a process started here gets this long to become ready under a loaded machine
 CONFORMANCE = Path(__file__).resolve().parent / "conformance"
 
 
@@ -32,17 +33,6 @@ def get(port: int, path: str) -> tuple[int, str]:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
 
 
 def metric(text: str, name: str, labels: str = "") -> float:
@@ -109,10 +99,10 @@ def test_projector_ready_only_when_restored_caught_up_and_synced(kafka: Settings
     publish(env, lines, tmp_path)
     argv = ["project", "--kinds", "Node,Pod", "--checkpoint-every", "50"]
     with started(argv, env) as (_, port):
-        status, reason = eventually(lambda: _settled(port))
+        status, reason = eventually(lambda: _settled(port), timeout_s=WAIT_S)
         assert status == 503 and "waiting for Node, Pod to be SYNCED" in reason, reason
         publish(env, ['{"type":"SYNCED","kind":"Node"}', '{"type":"SYNCED","kind":"Pod"}'], tmp_path)
-        eventually(lambda: _assert_status(port, "/readyz", 200))
+        eventually(lambda: _assert_status(port, "/readyz", 200), timeout_s=WAIT_S)
         assert get(port, "/healthz")[0] == 200
         end = len(lines) + 2
 
@@ -128,7 +118,7 @@ def test_projector_ready_only_when_restored_caught_up_and_synced(kafka: Settings
             assert metric(text, "strata_checkpoint_age_seconds") >= 0
             return text
 
-        text = eventually(exported)
+        text = eventually(exported, timeout_s=WAIT_S)
         assert metric(text, "strata_records_applied_total", '{kind="Node",type="SYNCED"}') == 1
         applied = sum(float(v) for v in re.findall(r"^strata_records_applied_total\{.*\} (\S+)$", text, re.M))
         assert applied == end
@@ -152,9 +142,9 @@ def test_scheduler_not_ready_before_its_kinds_sync(kafka: Settings, tmp_path: Pa
     env = {**env_of(kafka), "STRATA_DB_URL": f"sqlite:///{tmp_path / 'cp.db'}"}
     publish(env, (CONFORMANCE / "c01.jsonl").read_text().splitlines()[:20], tmp_path)
     with started(["schedule", "--replica", "r1", "--kinds", "Node"], env) as (_, port):
-        eventually(lambda: _assert_reason(port, "scheduler: waiting for Node to be SYNCED"))
+        eventually(lambda: _assert_reason(port, "scheduler: waiting for Node to be SYNCED"), timeout_s=WAIT_S)
         publish(env, ['{"type":"SYNCED","kind":"Node"}'], tmp_path)
-        eventually(lambda: _assert_status(port, "/readyz", 200))
+        eventually(lambda: _assert_status(port, "/readyz", 200), timeout_s=WAIT_S)
         text = get(port, "/metrics")[1]
         assert metric(text, "strata_applied_version") == 21
         assert metric(text, "strata_ready", '{component="scheduler"}') == 1
@@ -168,7 +158,7 @@ def _assert_reason(port: int, reason: str) -> None:
 def test_ingest_ready_once_listed_with_api_and_watch_metrics(kafka: Settings, kubeconfig: str) -> None:
     env = {**env_of(kafka), "KUBECONFIG": kubeconfig}
     with started(["ingest", "--kinds", "Node,PriorityClass"], env) as (_, port):
-        eventually(lambda: _assert_status(port, "/readyz", 200))
+        eventually(lambda: _assert_status(port, "/readyz", 200), timeout_s=WAIT_S)
         text = get(port, "/metrics")[1]
         assert metric(text, "strata_watch_relists_total", '{kind="Node"}') >= 1
         assert metric(text, "strata_kube_api_request_duration_seconds_count", '{verb="LIST"}') >= 2
@@ -181,8 +171,8 @@ def test_binder_ready_once_its_parts_run_and_the_dispatcher_caught_up(
     env = {**env_of(kafka), "KUBECONFIG": kubeconfig, "STRATA_DB_URL": f"sqlite:///{tmp_path / 'cp.db'}"}
     publish(env, (CONFORMANCE / "c01.jsonl").read_text().splitlines()[:30], tmp_path)
     with started(["bind", "--workers", "1", "--instance", "health-test"], env) as (_, port):
-        eventually(lambda: _assert_status(port, "/readyz", 200))
-        text = eventually(lambda: _dispatched_to(port, 30))
+        eventually(lambda: _assert_status(port, "/readyz", 200), timeout_s=WAIT_S)
+        text = eventually(lambda: _dispatched_to(port, 30), timeout_s=WAIT_S)
         assert metric(text, "strata_ready", '{component="binder"}') == 1
 
 

@@ -7,17 +7,16 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from strata.devstack.prometheus import PrometheusServer, query, register_target, targets_dir, unregister_target
 from strata.log.config import Settings
 from strata.log.errors import StrataError
+from tests.test_binder_support import eventually
 from tests.test_cli import run
 
 EXPORTER = (
@@ -35,17 +34,6 @@ def free_port() -> int:
 
 def values(url: str, promql: str) -> list[str]:
     return [series["value"][1] for series in query(url, promql)]
-
-
-def eventually(check: Callable[[], Any], timeout_s: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.25)
 
 
 @pytest.fixture
@@ -68,7 +56,7 @@ def test_a_registered_process_is_scraped_and_its_loss_seen(prometheus, exporter)
         def is_up() -> None:
             assert values(url, f'up{{job="{job}"}}') == ["1"]
 
-        eventually(is_up)
+        eventually(is_up, timeout_s=20.0)
         (answer,) = query(url, f'strata_test_answer{{job="{job}"}}')
         assert answer["value"][1] == "42"
         assert answer["metric"]["instance"] == f"127.0.0.1:{port}" and answer["metric"]["component"] == "exporter"
@@ -79,7 +67,7 @@ def test_a_registered_process_is_scraped_and_its_loss_seen(prometheus, exporter)
         def is_down() -> None:
             assert values(url, f'up{{job="{job}"}}') == ["0"]
 
-        eventually(is_down)
+        eventually(is_down, timeout_s=20.0)
         with pytest.raises(AssertionError):  # the check that can fail: a dead target is never up
             eventually(is_up, timeout_s=2)
     finally:
@@ -88,7 +76,7 @@ def test_a_registered_process_is_scraped_and_its_loss_seen(prometheus, exporter)
     def is_gone() -> None:
         assert values(url, f'up{{job="{job}"}}') == []
 
-    eventually(is_gone)  # a removed target's series go stale
+    eventually(is_gone, timeout_s=20.0)  # a removed target's series go stale
     assert not unregister_target(data_dir, job)
 
 
