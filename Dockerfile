@@ -3,10 +3,13 @@
 #
 #   docker build -t strata:0.1.0 .                  # dependencies from the package index
 #
-# or offline, from a wheelhouse made beforehand (docs/container.md; the tests do this with podman):
+# or offline, from a wheelhouse and a strata-volcano binary made beforehand (docs/container.md; the
+# tests do this with podman):
 #
 #   pip wheel --wheel-dir wheelhouse 'setuptools>=77' <the dependencies of pyproject.toml>
-#   docker build --build-context wheelhouse=wheelhouse --build-arg PIP_NO_INDEX=1 -t strata:0.1.0 .
+#   (cd strata-volcano && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o ../bin/strata-volcano ./cmd/strata-volcano)
+#   docker build --build-context wheelhouse=wheelhouse --build-context strata-volcano=bin \
+#                --build-arg PIP_NO_INDEX=1 -t strata:0.1.0 .
 #
 # The tag is the version of pyproject.toml; the entrypoint is `strata`, so arguments are a command:
 # `docker run --rm strata:0.1.0 replay --digest /trace.jsonl`.
@@ -14,11 +17,27 @@
 # Any Debian-like Python 3.11 image with python3 -m venv and useradd; the tests use one made
 # locally with debootstrap (strata/devstack/image.py).
 ARG BASE_IMAGE=python:3.11-slim
+# The Go toolchain that builds strata-volcano when no built binary is given (go.mod: go 1.26).
+ARG GO_IMAGE=golang:1.26-bookworm
 
 # The wheels to install from: by default a folder with only a README, so pip asks the package index;
 # `--build-context wheelhouse=DIR` replaces this stage with DIR's wheels.
 FROM scratch AS wheelhouse
 COPY deploy/compose/wheelhouse/ /
+
+# strata-volcano (docs/volcano.md), Strata's Go program that runs Volcano's actions and plugins as
+# a replica: built from strata-volcano/ by default, static (no cgo), so it runs on any base;
+# `--build-context strata-volcano=DIR` replaces the stage named strata-volcano with DIR's binary,
+# and then this build stage is skipped.
+FROM ${GO_IMAGE} AS strata-volcano-build
+WORKDIR /src
+COPY strata-volcano/go.mod strata-volcano/go.sum ./
+RUN go mod download
+COPY strata-volcano/ ./
+RUN CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags '-s -w' -o /out/strata-volcano ./cmd/strata-volcano
+
+FROM scratch AS strata-volcano
+COPY --from=strata-volcano-build /out/strata-volcano /strata-volcano
 
 FROM ${BASE_IMAGE} AS build
 # PIP_NO_INDEX=1 makes the build use the wheelhouse alone, and fail rather than reach a network
@@ -62,7 +81,10 @@ RUN groupadd --system --gid 10001 strata \
             --shell /usr/sbin/nologin strata \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/strata
 COPY --from=build /opt/strata /opt/strata
+COPY --from=strata-volcano /strata-volcano /opt/strata/bin/strata-volcano
+# `strata volcano` starts this binary (instead of building one from sources the image lacks)
 ENV PATH=/opt/strata/bin:$PATH \
+    STRATA_VOLCANO_BIN=/opt/strata/bin/strata-volcano \
     STRATA_DATA_DIR=/var/lib/strata \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1

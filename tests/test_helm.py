@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 import yaml
 
+from strata.devstack import volcano
 from strata.devstack.helm import CHART, helm, lint, template
 from strata.devstack.kafka import KafkaBroker
 from strata.kubeapi import KubeApi
@@ -41,6 +42,8 @@ from strata.log.topics import drop_topics
 from tests.conftest import TEST_PREFIX
 
 SASL_VALUES = CHART / "ci" / "sasl-ssl-postgres-values.yaml"
+VOLCANO_VALUES = CHART / "ci" / "volcano-values.yaml"
+VOLCANO_CONF = "/etc/strata/volcano/scheduler.conf"
 RBAC_DIR = CHART.parents[2] / "deploy" / "rbac"
 STRATA = Path(sys.executable).parent / "strata"
 WORKLOADS = ("Deployment", "StatefulSet")
@@ -94,8 +97,8 @@ def _flag(args: list[str], flag: str) -> str | None:
 # helm lint
 
 
-def test_helm_lints_the_chart_with_both_values_files(helm_binary: Path):
-    for values in ([], [SASL_VALUES]):
+def test_helm_lints_the_chart_with_every_values_file(helm_binary: Path):
+    for values in ([], [SASL_VALUES], [VOLCANO_VALUES]):
         result = lint(values)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
@@ -156,9 +159,52 @@ def test_sasl_ssl_postgres_rendering(helm_binary: Path):
         volumes = {v["name"]: v for v in _pod_spec(workload)["volumes"]}
         assert volumes["kafka-tls"]["secret"]["secretName"] == "strata-kafka-tls"
     scheduler = _container(workloads["scheduler"])
+    assert scheduler["args"][0] == "schedule"  # the example scheduler unless engine says otherwise
     assert _flag(scheduler["args"], "--replica") == "$(POD_NAME)"  # a distinct, stable name per replica
     assert workloads["scheduler"]["kind"] == "StatefulSet"
     _assert_common(docs)
+
+
+def test_volcano_rendering(helm_binary: Path):
+    """engine: volcano runs `strata volcano` replicas with vc-scheduler's configuration mounted
+    from a ConfigMap of the rendering, rolled by its checksum; the rest is the default rendering."""
+    docs = template("rel", "strata", [VOLCANO_VALUES])
+    workloads = _by_component(docs)
+    assert set(workloads) == {"ingest", "projector", "binder", "evictor", "scheduler"}
+    scheduler = workloads["scheduler"]
+    args = _container(scheduler)["args"]
+    assert args[0] == "volcano" and _flag(args, "--replica") == "$(POD_NAME)"
+    assert _flag(args, "--scheduler-conf") == VOLCANO_CONF and _flag(args, "--schedule-period") == "500ms"
+    assert scheduler["spec"]["replicas"] == 3 and scheduler["spec"]["podManagementPolicy"] == "Parallel"
+    conf = _kinds(docs, "ConfigMap")["rel-strata-scheduler-conf"]["data"]["scheduler.conf"]
+    assert yaml.safe_load(conf) == yaml.safe_load(
+        yaml.safe_load(VOLCANO_VALUES.read_text())["scheduler"]["volcano"]["schedulerConf"]
+    )
+    mounts = {m["name"]: m for m in _container(scheduler)["volumeMounts"]}
+    assert mounts["scheduler-conf"] == {"name": "scheduler-conf", "mountPath": "/etc/strata/volcano", "readOnly": True}
+    volumes = {v["name"]: v for v in _pod_spec(scheduler)["volumes"]}
+    assert volumes["scheduler-conf"]["configMap"] == {"name": "rel-strata-scheduler-conf"}
+    checksum = scheduler["spec"]["template"]["metadata"]["annotations"]["checksum/scheduler-conf"]
+    changed = template(
+        "rel", "strata", [VOLCANO_VALUES], set_values=["scheduler.volcano.schedulerConf=actions: allocate"]
+    )
+    assert (
+        _by_component(changed)["scheduler"]["spec"]["template"]["metadata"]["annotations"]["checksum/scheduler-conf"]
+        != checksum
+    )
+    # Volcano's default configuration: no ConfigMap, no flag, no volume
+    plain = template("rel", "strata", set_values=["scheduler.enabled=true", "scheduler.engine=volcano"])
+    assert "rel-strata-scheduler-conf" not in _kinds(plain, "ConfigMap")
+    plain_scheduler = _by_component(plain)["scheduler"]
+    assert "--scheduler-conf" not in _container(plain_scheduler)["args"]
+    assert "scheduler-conf" not in {v["name"] for v in _pod_spec(plain_scheduler)["volumes"]}
+    _assert_common(docs)
+    _assert_common(plain)
+
+
+def test_the_volcano_engine_refuses_kafka_tls(helm_binary: Path):
+    with pytest.raises(StrataError, match="PLAINTEXT only"):
+        template("rel", "strata", [SASL_VALUES], set_values=["scheduler.engine=volcano"])
 
 
 def _assert_common(docs: list[dict[str, Any]]) -> None:
@@ -267,6 +313,8 @@ def test_the_values_schema_rejects_a_typo_and_a_wrong_mode(helm_binary: Path):
     wrong = {
         "schedulerName=volcano": "additional properties 'schedulerName' not allowed",
         "evictor.mode=delete": "value must be one of 'eviction', 'volcano'",
+        "scheduler.engine=kube-batch": "value must be one of 'example', 'volcano'",
+        "scheduler.volcano.schedulePeriod=5": "/scheduler/volcano/schedulePeriod",
         "topicPrefix=a/b": "/topicPrefix",
     }
     for setting, reason in wrong.items():
@@ -288,9 +336,9 @@ def test_the_rbac_comparison_sees_a_changed_rule(helm_binary: Path, tmp_path: Pa
     for path in RBAC_DIR.glob("*.yaml"):
         text = path.read_text()
         # what drift looks like: the shipped file grants a verb the chart does not
-        (tmp_path / path.name).write_text(text.replace('verbs: ["create"]', 'verbs: ["create", "delete"]'))
+        (tmp_path / path.name).write_text(text.replace('verbs: ["', 'verbs: ["delete", "', 1))
     differences = rbac_differences(docs, tmp_path)
-    assert {d.split(":")[0] for d in differences} == {"binder", "evictor", "scheduler"}
+    assert {d.split(":")[0] for d in differences} == {"ingest", "binder", "evictor", "scheduler"}
     evictor_volcano = template("rel", "strata", set_values=["evictor.mode=volcano"])
     assert "evictor-volcano" in _by_component(evictor_volcano, ("ClusterRole",))
     assert "evictor" not in _by_component(evictor_volcano, ("ClusterRole",))
@@ -344,7 +392,9 @@ def namespace(kubeconfig: str) -> Iterator[str]:
 
 
 @pytest.mark.kube
-@pytest.mark.parametrize("values", [[], [SASL_VALUES]], ids=["default", "sasl-ssl-postgres"])
+@pytest.mark.parametrize(
+    "values", [[], [SASL_VALUES], [VOLCANO_VALUES]], ids=["default", "sasl-ssl-postgres", "volcano"]
+)
 def test_every_rendered_object_passes_a_server_side_dry_run(
     helm_binary: Path, dynamic: Any, namespace: str, values: list[Path]
 ):
@@ -446,6 +496,8 @@ def local_pod(doc: dict[str, Any], cluster: Cluster, root: Path) -> LocalPod:
     mounts = _mounts(doc, cluster, directory)
     env = _resolve_env(container.get("env", []), cluster, name, mounts)
     env |= {"PATH": os.environ["PATH"], "HOME": str(directory / "home")}
+    if container.get("args", [None])[0] == "volcano":
+        env[volcano.BINARY_ENV] = str(volcano.ensure(log=lambda _msg: None))  # what the image's ENV names
     args = [_expand(_localize(arg, mounts), env) for arg in container["command"] + container.get("args", [])]
     assert args[0] == "strata", args
     probes: dict[str, str] = {}
@@ -602,7 +654,7 @@ def deploy(kubeconfig: str, dynamic: Any, namespace: str, tmp_path: Path) -> Ite
     def make(docs: list[dict[str, Any]], secrets: dict[str, dict[str, str]]) -> Deployment:
         admin = yaml.safe_load(Path(kubeconfig).read_text())
         (cluster_entry,) = [c["cluster"] for c in admin["clusters"]]
-        (config_map,) = _kinds(docs, "ConfigMap").values()
+        (config_map,) = [cm for name, cm in _kinds(docs, "ConfigMap").items() if name.endswith("-kubeconfig")]
         cluster = Cluster(
             namespace=namespace,
             server=cluster_entry["server"],
@@ -719,6 +771,26 @@ def test_the_sasl_ssl_postgres_rendering_runs(
     try:
         assert secure["STRATA_KAFKA_SASL_PASSWORD"] in deployment.cluster.secret_values()
         _run_workloads(deployment, deployment.cluster.secret_values())
+    finally:
+        drop_topics(broker.with_(topic_prefix=prefix))
+
+
+@pytest.mark.kafka
+@pytest.mark.kube
+def test_the_volcano_rendering_runs(helm_binary: Path, broker: Settings, deploy: Any, namespace: str, tmp_path: Path):
+    """A `strata volcano` replica as rendered (the StatefulSet's first; vc-scheduler's
+    configuration from the ConfigMap, the binary the image's ENV names) beside the other
+    workloads: all live and ready (a replica is ready only once its cache is built), then a clean
+    stop."""
+    prefix = f"{TEST_PREFIX}helm-{uuid.uuid4().hex[:10]}."
+    docs = template(_unique("rel"), namespace, [VOLCANO_VALUES, _run_values(tmp_path, prefix)])
+    deployment = deploy(docs, {"strata-kafka": {"STRATA_KAFKA_BOOTSTRAP": broker.bootstrap}})
+    try:
+        _run_workloads(deployment, deployment.cluster.secret_values())
+        # the mounted configuration, not Volcano's default (which has overcommit and no binpack)
+        plugins = "plugins priority, gang, conformance, drf, predicates, proportion, nodeorder, binpack;"
+        (replica,) = [p for p in deployment.root.iterdir() if "-scheduler-" in p.name]
+        assert plugins in (replica / "output").read_text(errors="replace")
     finally:
         drop_topics(broker.with_(topic_prefix=prefix))
 

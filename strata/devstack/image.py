@@ -10,6 +10,8 @@ No image registry is reachable here, and pip inside a build cannot reach the pac
   in seconds instead of running debootstrap again;
 - **the wheelhouse**: ``pip wheel`` of pyproject.toml's dependencies and build requirements, on the
   host, cached by their hash; the Dockerfile's build then runs with ``--network none``;
+- **strata-volcano**: the Go binary the local stack builds and caches (``devstack.volcano``), given
+  to the build as its own context, so the Dockerfile's Go stage (which needs a Go image) is skipped;
 - **Kafka and PostgreSQL** for compose.yaml: ``localhost/strata-kafka:<version>`` from the Maven
   jars the local stack runs (``kafka.ensure_jars``) plus kafka-tools for the health check, and
   ``localhost/strata-postgres:15`` from Debian's package (``deploy/compose/``).
@@ -239,13 +241,16 @@ def ensure_wheelhouse(repo: Path, log: Log = print) -> Path:
 
 
 def build_image(repo: Path, base: str, wheelhouse: Path, log: Log = print) -> str:
-    """Build the repository's Dockerfile on ``base`` from ``wheelhouse`` with no network; its tag."""
+    """Build the repository's Dockerfile on ``base`` from ``wheelhouse`` and the cached
+    strata-volcano binary, with no network; its tag."""
     tag = image_name(repo)
+    volcano_dir = volcano_context(log)
     started = time.monotonic()
     with _build_lock():
+        contexts = [f"wheelhouse={wheelhouse}", f"strata-volcano={volcano_dir}"]
         _podman_build(
             repo,
-            ["--network", "none", "--build-context", f"wheelhouse={wheelhouse}"],
+            ["--network", "none", *(option for c in contexts for option in ("--build-context", c))],
             {"BASE_IMAGE": base, "PIP_NO_INDEX": "1"},
             tag,
             repo / "Dockerfile",
@@ -253,6 +258,22 @@ def build_image(repo: Path, base: str, wheelhouse: Path, log: Log = print) -> st
         )
     log(f"built {tag} on {base} in {time.monotonic() - started:.1f} s")
     return tag
+
+
+def volcano_context(log: Log = print) -> Path:
+    """A folder holding only ``strata-volcano``, the binary of this repository's sources (built
+    when the cache lacks it): what the Dockerfile's stage of that name would have built."""
+    from strata.devstack import volcano
+
+    binary = volcano.ensure(log)
+    folder = image_dir() / f"volcano-{binary.name}"
+    with _build_lock():
+        if not (folder / volcano.NAME).exists():
+            tmp = Path(tempfile.mkdtemp(dir=image_dir(), prefix=".volcano-"))
+            _link_or_copy(binary, tmp / volcano.NAME)
+            tmp.chmod(0o755)
+            tmp.rename(folder)  # atomic: the folder always holds the whole binary
+    return folder
 
 
 def _podman_build(

@@ -153,7 +153,7 @@ readinessProbe:
 {{- $_ := set $annotations "prometheus.io/port" ($v.http.port | toString) -}}
 {{- $_ := set $annotations "prometheus.io/path" "/metrics" -}}
 {{- end -}}
-{{- $annotations = merge (deepCopy ($v.podAnnotations | default dict)) $annotations -}}
+{{- $annotations = merge (deepCopy ($v.podAnnotations | default dict)) $annotations (.annotations | default dict) -}}
 {{- if $annotations -}}
 {{ toYaml $annotations }}
 {{- end -}}
@@ -163,7 +163,8 @@ readinessProbe:
 A pod of one component. Parameters: root, component, values (the component's values), args (the
 strata command line, a list), account (ServiceAccount suffix, or "" for none: no token mounted),
 db (STRATA_DB_URL when PostgreSQL is set), claim (the data directory is the StatefulSet's claim
-"data" instead of an emptyDir), serve (the HTTP port and the probes).
+"data" instead of an emptyDir), serve (the HTTP port and the probes); optional: volumes and
+mounts (more of each, lists), annotations (more pod annotations, a dict).
 */}}
 {{- define "strata.podTemplate" -}}
 {{- $root := .root -}}
@@ -246,6 +247,9 @@ spec:
         {{- if $v.kafka.tls.enabled }}
         - {name: kafka-tls, mountPath: /etc/strata/kafka-tls, readOnly: true}
         {{- end }}
+        {{- with .mounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     {{- if not .claim }}
     - name: data
@@ -263,5 +267,8 @@ spec:
       secret:
         secretName: {{ $v.kafka.tls.secretName }}
         defaultMode: 0440  # group: the pod's fsGroup
+    {{- end }}
+    {{- with .volumes }}
+    {{- toYaml . | nindent 4 }}
     {{- end }}
 {{- end -}}

@@ -57,5 +57,5 @@
   verbs: ["get", "update"]
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "patch"]
 {{- end -}}
