@@ -27,6 +27,36 @@ kinds_option = click.option(
 )
 
 
+# librdkafka's security properties that strata-volcano reads from the same STRATA_KAFKA_*
+# variables as the environment gives them (strata-volcano/internal/cachelog/security.go)
+GO_SECURITY = (
+    "security.protocol",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+)
+
+
+def binary_env(settings: Settings) -> dict[str, str]:
+    """The binary's environment: this one, with the Kafka security settings (-X flags included)
+    as STRATA_KAFKA_* variables. A password goes by environment, never on the command line, which
+    any user of the machine can read; a TLS or SASL setting the binary would ignore is an error."""
+    env = os.environ.copy()
+    for key, value in settings.kafka.items():
+        key = "sasl.mechanisms" if key == "sasl.mechanism" else key  # librdkafka's alias
+        if key in GO_SECURITY:
+            env["STRATA_KAFKA_" + key.upper().replace(".", "_")] = str(value)
+        elif key.startswith(("sasl.", "ssl.")):
+            raise StrataError(
+                f"strata-volcano does not take the Kafka property {key} (it takes {', '.join(GO_SECURITY)})"
+            )
+    return env
+
+
 def _kinds(kinds: str | None) -> tuple[str, ...]:
     from strata.scheduler.cache import ALL_KINDS
 
@@ -136,9 +166,7 @@ def volcano(
     """
     from strata.schemas.catalog import AVSC_DIR
 
-    protocol = settings.kafka.get("security.protocol", "plaintext").lower()
-    if protocol != "plaintext":
-        raise StrataError(f"strata-volcano reads the cache log over PLAINTEXT only, not {protocol}")
+    env = binary_env(settings)
     if binary is None:
         from strata.devstack.volcano import ensure
 
@@ -170,7 +198,7 @@ def volcano(
         argv += [f"--http-port={http_port}", f"--http-host={http_host}"]
     argv += list(go_args)
     logging.getLogger("strata").info("starting %s", " ".join(argv))
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=os.environ.copy())
+    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
     try:
         while child.poll() is None:
             if stop.wait(0.2):

@@ -202,9 +202,12 @@ def test_volcano_rendering(helm_binary: Path):
     _assert_common(plain)
 
 
-def test_the_volcano_engine_refuses_kafka_tls(helm_binary: Path):
-    with pytest.raises(StrataError, match="PLAINTEXT only"):
-        template("rel", "strata", [SASL_VALUES], set_values=["scheduler.engine=volcano"])
+def test_the_volcano_engine_takes_kafka_tls_as_the_others_do(helm_binary: Path):
+    docs = template("rel", "strata", [SASL_VALUES], set_values=["scheduler.engine=volcano"])
+    scheduler = _container(_by_component(docs)["scheduler"])
+    assert scheduler["args"][0] == "volcano"
+    assert _env(scheduler)["STRATA_KAFKA_SSL_CA_LOCATION"]["value"] == "/etc/strata/kafka-tls/ca.pem"
+    _assert_common(docs)
 
 
 def _assert_common(docs: list[dict[str, Any]]) -> None:
@@ -761,7 +764,10 @@ def test_the_sasl_ssl_postgres_rendering_runs(
     secure = local.secure_env()  # a secret: the password is in it
     ca_path = Path(secure.pop("STRATA_KAFKA_SSL_CA_LOCATION"))  # the chart names the mounted file instead
     prefix = f"{TEST_PREFIX}helm-{uuid.uuid4().hex[:10]}."
-    docs = template(_unique("rel"), namespace, [SASL_VALUES, _run_values(tmp_path, prefix)])
+    # its scheduler replicas are Volcano's: the Go binary over SASL_SSL with the mounted CA
+    volcano_engine = {"scheduler": {"engine": "volcano"}}
+    docs = template(_unique("rel"), namespace, [SASL_VALUES, _run_values(tmp_path, prefix, volcano_engine)])
+    assert _container(_by_component(docs)["scheduler"])["args"][0] == "volcano"
     secrets = {
         "strata-kafka": secure,
         "strata-kafka-tls": {"ca.pem": ca_path.read_text()},

@@ -35,6 +35,7 @@ import pytest
 from strata.kubeapi import KubeApi
 from strata.log.cachelog import CacheLogReader
 from strata.log.config import Settings
+from strata.log.errors import StrataError
 from strata.projector.kinds import FoldConfig, node_allocatable
 from strata.projector.state import CacheState
 from strata.projector.task import ALLOCATED
@@ -93,8 +94,13 @@ def _gangs() -> list[dict[str, Any]]:
         gangs.append(dict(name=f"big{i}", size=4, min=4, cpu="10", pool=None, tolerate=False, fits=False))
     for i in range(2):  # a selector no node matches
         gangs.append(dict(name=f"none{i}", size=3 - i, min=3 - i, cpu="250m", pool="none", tolerate=False, fits=False))
-    for i, g in enumerate(gangs):
-        g["queue"] = "qa" if i % 2 == 0 else "qb"
+    # Volcano's proportion plugin caps a queue at its deserved share (water-filled by weight over
+    # what its jobs request, the gangs that never fit included): qb (weight 3) deserves 96 of the
+    # 128 cpu and its fitting gangs take 85; qa (weight 1) deserves 32 and its tainted-pool gangs
+    # take 28. Were a queue's fitting gangs beyond its share, whether they all bound would depend
+    # on the order in which the replicas saw the waves (a bound gang keeps its nodes).
+    for g in gangs:
+        g["queue"] = "qa" if g["name"].startswith("tol") or g["name"] in ("big1", "none1") else "qb"
     return gangs
 
 
@@ -617,3 +623,32 @@ def test_three_volcano_replicas_on_one_log(
         f"{PODS} pods / {len(GANGS)} gangs in {elapsed:.0f} s; r2 killed at {killed_at} bound; "
         f"BIND_GROUPs {dict(groups)}; {len(rejected_jobs)} jobs with a lost group"
     )
+
+
+def test_the_binary_gets_kafka_security_by_environment() -> None:
+    """`strata volcano` hands the Go binary the Kafka security settings (the environment's and
+    -X flags') as STRATA_KAFKA_* variables, never as arguments; a TLS or SASL property the binary
+    would ignore is refused rather than silently dropped."""
+    from strata.cli_volcano import binary_env
+    from strata.log.config import settings_from
+
+    environ = {"STRATA_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "STRATA_KAFKA_SASL_PASSWORD": "secret"}
+    flags = (
+        "sasl.mechanism=SCRAM-SHA-512",
+        "sasl.username=u",
+        "ssl.ca.location=/ca.pem",
+        "socket.keepalive.enable=true",
+    )
+    env = binary_env(settings_from(kafka_properties=flags, environ=environ))
+    assert {k: v for k, v in env.items() if k.startswith("STRATA_KAFKA_")}.items() >= {
+        "STRATA_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "STRATA_KAFKA_SASL_MECHANISMS": "SCRAM-SHA-512",
+        "STRATA_KAFKA_SASL_USERNAME": "u",
+        "STRATA_KAFKA_SASL_PASSWORD": "secret",
+        "STRATA_KAFKA_SSL_CA_LOCATION": "/ca.pem",
+    }.items()
+    assert "STRATA_KAFKA_SOCKET_KEEPALIVE_ENABLE" not in env  # the sidecar's, not a security setting
+    with pytest.raises(
+        StrataError, match=re.escape("does not take the Kafka property ssl.endpoint.identification.algorithm")
+    ):
+        binary_env(settings_from(kafka_properties=("ssl.endpoint.identification.algorithm=none",), environ={}))

@@ -66,7 +66,7 @@ func parse() config {
 	fs := flag.CommandLine
 	klog.InitFlags(fs)
 	fs.StringVar(&c.replica, "replica", "", "this replica's id, written into every BIND_GROUP and EVICT (required)")
-	fs.StringVar(&c.bootstrap, "bootstrap", env("STRATA_KAFKA_BOOTSTRAP", "127.0.0.1:19092"), "Kafka bootstrap servers")
+	fs.StringVar(&c.bootstrap, "bootstrap", env("STRATA_KAFKA_BOOTSTRAP", "127.0.0.1:19092"), "Kafka bootstrap servers (TLS and SASL: STRATA_KAFKA_SECURITY_PROTOCOL, _SASL_*, _SSL_*)")
 	fs.StringVar(&c.topicPrefix, "topic-prefix", env("STRATA_TOPIC_PREFIX", "strata."), "prefix of every topic name")
 	fs.StringVar(&c.sidecarURL, "sidecar", "", "the sidecar's URL, http://127.0.0.1:PORT (required)")
 	fs.StringVar(&c.schemas, "schemas", env("STRATA_SCHEMAS", ""), "directory of Strata's Avro schemas, schemas/avsc (required)")
@@ -151,21 +151,24 @@ func run(c config) error {
 	if c.exitWithParent {
 		go exitWithParent(os.Getppid())
 	}
-	brokers := strings.Split(c.bootstrap, ",")
+	conn, err := cachelog.SecurityFromEnv(os.Getenv).Conn(c.bootstrap)
+	if err != nil {
+		return err
+	}
 	topic := cachelog.Topic(c.topicPrefix)
-	end, err := cachelog.EndOffset(ctx, brokers, topic)
+	end, err := cachelog.EndOffset(ctx, conn, topic)
 	if err != nil {
 		return err
 	}
 	store := objects.New(strings.Split(c.kinds, ","), end)
-	reader, err := cachelog.NewReader(brokers, topic, 0)
+	reader, err := cachelog.NewReader(conn, topic, 0)
 	if err != nil {
 		return err
 	}
 	defer reader.Close()
 	followed := make(chan error, 1)
 	go func() { followed <- store.Follow(ctx, reader, catalog) }()
-	writer, err := cachelog.NewWriter(brokers, topic)
+	writer, err := cachelog.NewWriter(conn, topic)
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,6 @@
 // Package cachelog is the Kafka edge of strata-volcano: it follows the cache log (one
-// partition, every offset a record) and appends this replica's records to it.
+// partition, every offset a record) and appends this replica's records to it, over PLAINTEXT,
+// TLS or SASL as Strata's other components are configured (security.go).
 package cachelog
 
 import (
@@ -33,9 +34,8 @@ type Reader struct {
 }
 
 // NewReader reads topic from offset from on.
-func NewReader(brokers []string, topic string, from int64) (*Reader, error) {
-	client, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
+func NewReader(conn Conn, topic string, from int64) (*Reader, error) {
+	client, err := conn.client(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(from)}}),
 		kgo.FetchMaxWait(200*time.Millisecond),
 		kgo.FetchMaxPartitionBytes(16<<20),
@@ -88,9 +88,8 @@ type Writer struct {
 }
 
 // NewWriter writes to topic.
-func NewWriter(brokers []string, topic string) (*Writer, error) {
-	client, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
+func NewWriter(conn Conn, topic string) (*Writer, error) {
+	client, err := conn.client(
 		kgo.DefaultProduceTopic(topic),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(kgo.ZstdCompression()),
@@ -123,8 +122,8 @@ func (w *Writer) Append(ctx context.Context, values [][]byte) ([]int64, error) {
 func (w *Writer) Close() { w.client.Close() }
 
 // EndOffset is the log's end now, after checking that it has exactly one partition.
-func EndOffset(ctx context.Context, brokers []string, topic string) (int64, error) {
-	client, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func EndOffset(ctx context.Context, conn Conn, topic string) (int64, error) {
+	client, err := conn.client()
 	if err != nil {
 		return 0, fmt.Errorf("creating an admin client: %w", err)
 	}
