@@ -43,6 +43,7 @@ from strata.schemas import (
     encode,
 )
 
+OFFSETS_TIMEOUT_S = 30.0  # the dispatcher's one partition: no rebalance of many to wait out
 log = logging.getLogger("strata.binder.dispatcher")
 StateAt = Callable[[int], CacheState]
 
@@ -187,6 +188,10 @@ class Dispatcher:
 
     def _on_message(self, msg: Message) -> None:
         err = msg.error()
+        if err is not None and (err.fatal() or err.code() == KafkaError._FATAL):
+            # the consumer is unusable for good (a static member fenced): as a worker does, stop,
+            # so that the process exits and its orchestrator starts it again
+            raise KafkaException(err)
         if err is not None:
             if err.code() != KafkaError._PARTITION_EOF:
                 log.warning("dispatcher: %s", err.str())
@@ -250,7 +255,14 @@ class Dispatcher:
             return
         producer, consumer = self._producer, self._consumer
         offsets = [TopicPartition(self.cache_log, 0, self.next_offset)]
-        txn.call(lambda: producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30.0))
+        group = consumer.consumer_group_metadata()
+        txn.call(
+            lambda: txn.bounded(
+                lambda: producer.send_offsets_to_transaction(offsets, group, OFFSETS_TIMEOUT_S),
+                OFFSETS_TIMEOUT_S + txn.OFFSETS_GRACE_S,
+                "send_offsets_to_transaction",
+            )
+        )
         txn.call(lambda: producer.commit_transaction(30.0))
         self._open = False
 

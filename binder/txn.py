@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -19,6 +20,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from strata.log.cachelog import Headers, producer_config
 from strata.log.config import Settings
 
+# past its own timeout, how long send_offsets_to_transaction is waited for (bounded)
+OFFSETS_GRACE_S = 5.0
 log = logging.getLogger("strata.binder")
 
 T = TypeVar("T")
@@ -117,3 +120,27 @@ def rewind(consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # not yet fetching: the fetch will start at the committed offset anyway
         with contextlib.suppress(KafkaException):
             consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+
+
+def bounded(op: Callable[[], None], seconds: float, what: str) -> None:
+    """``op`` on a thread of its own, waited for ``seconds`` at most. librdkafka's
+    send_offsets_to_transaction can block past its own timeout once the group coordinator is gone
+    (librdkafka #5456, #5511: after a broker loss), and a worker or dispatcher blocked there never polls: the
+    group's rebalance then waits for it until max.poll.interval.ms (5 minutes), and every worker of
+    the group with it. Past ``seconds`` the producer is given up for a new one (Fatal), whose
+    init_transactions fences it; the call left behind ends when librdkafka lets it."""
+    failed: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            op()
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=call, name=what, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise Fatal(f"{what} did not return in {seconds:g} s")
+    if failed:
+        raise failed[0]

@@ -63,7 +63,6 @@ ERROR = "strata.error"
 DUE_MS = "strata.due_ms"
 REASON = "strata.reason"
 OFFSETS_TIMEOUT_S = 5.0
-OFFSETS_GRACE_S = 5.0  # past its own timeout, how long send_offsets_to_transaction is waited for
 STOP_REDO_S = 15.0  # how long a stopping worker keeps redoing an aborted batch
 
 
@@ -364,9 +363,9 @@ class CommandWorker:
         positions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
         group = consumer.consumer_group_metadata()
         txn.call(
-            lambda: _bounded(
+            lambda: txn.bounded(
                 lambda: producer.send_offsets_to_transaction(positions, group, OFFSETS_TIMEOUT_S),
-                OFFSETS_TIMEOUT_S + OFFSETS_GRACE_S,
+                OFFSETS_TIMEOUT_S + txn.OFFSETS_GRACE_S,
                 "send_offsets_to_transaction",
             ),
             attempts=1,
@@ -451,30 +450,6 @@ class CommandWorker:
         if assignment:
             consumer.resume(assignment)
         txn.rewind(consumer, assignment)
-
-
-def _bounded(op: Callable[[], None], seconds: float, what: str) -> None:
-    """``op`` on a thread of its own, waited for ``seconds`` at most. librdkafka's
-    send_offsets_to_transaction can block past its own timeout once the group coordinator is gone
-    (librdkafka #5456, #5511: after a broker loss), and a worker blocked there never polls: the
-    group's rebalance then waits for it until max.poll.interval.ms (5 minutes), and every worker of
-    the group with it. Past ``seconds`` the producer is given up for a new one (Fatal), whose
-    init_transactions fences it; the call left behind ends when librdkafka lets it."""
-    failed: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            op()
-        except BaseException as exc:  # handed to the caller's thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=call, name=what, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise txn.Fatal(f"{what} did not return in {seconds:g} s")
-    if failed:
-        raise failed[0]
 
 
 def _position(msg: Message) -> Position:
