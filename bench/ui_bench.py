@@ -18,6 +18,9 @@ client's wall time is printed beside it.
   request asks for another version within the 15,000 records before V or the 2,048 after it
   (anchors are laid every 1,024 records over the 16,384 before V while it is folded), a
   different version every request;
+* far: versions 20,000 to 120,000 records before V, a different one each request, after the
+  fold toward V (which lays a coarse anchor every 8,192 records over all it folded, within
+  ``--cache-mb``): reported, not in the pass line;
 * cold: versions far from anything cached, each a restore (reported, not in the pass line).
 
 Pass line: p99 server time of every page, live and near, at most 300 ms. The control starts the
@@ -60,6 +63,7 @@ NEAR_BACK = 20_000  # records behind the log's end of the first past version ask
 NEAR_BEFORE = 15_000  # near versions: up to this many records before it (anchors are laid over 16,384)
 NEAR_AFTER = 2_048  # and this many after
 COLD_VERSIONS = 3
+FAR_BACK = (20_000, 120_000)  # far versions: this many records before the first past version
 
 
 @dataclass
@@ -266,6 +270,12 @@ def bench(env: dict[str, str], requests: int, figures: dict[str, Any]) -> bool:
         near = measure(ui, page_paths, requests, near_versions(v0, requests * len(page_paths)))
         lines, near_ok = report(f"past versions near {v0} (a new version each request)", near, floor)
         print("\n".join(lines), flush=True)
+        rng = random.Random(13)
+        far_versions = [v0 - rng.randint(*FAR_BACK) for _ in range(requests * len(page_paths))]
+        far = measure(ui, page_paths, requests, far_versions)
+        title = f"far versions, {FAR_BACK[0]:,} to {FAR_BACK[1]:,} records before {v0} (not in the pass line)"
+        lines, _ = report(title, far, floor)
+        print("\n".join(lines), flush=True)
         cold = Timing()
         for i in range(COLD_VERSIONS):
             _, server, wall = get(ui.base, f"/?v={(i + 1) * live // (COLD_VERSIONS + 2)}")
@@ -278,6 +288,7 @@ def bench(env: dict[str, str], requests: int, figures: dict[str, Any]) -> bool:
             live_ms={name: [t.p(50), t.p(99)] for name, t in at_live.items()},
             near_ms={name: [t.p(50), t.p(99)] for name, t in near.items()},
             first_past_ms=cold_first,
+            far_ms={name: [t.p(50), t.p(99)] for name, t in far.items()},
             cold_ms=cold.server_ms,
         )
         print(f"RSS after: {ui.rss():.0f} MB")

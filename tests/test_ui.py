@@ -39,7 +39,7 @@ from strata.projector.state import CacheState
 from strata.schemas import Digest, encode
 from strata.ui import views
 from strata.ui.charts import step_chart
-from strata.ui.derived import Figures
+from strata.ui.derived import Figures, FiguresCache
 from strata.ui.security import CSP
 from strata.ui.states import fork
 
@@ -88,7 +88,7 @@ def test_a_fork_folds_on_exactly_like_its_original(trace: Path) -> None:
 
 
 def _figures_equal(a: Figures, b: Figures) -> bool:
-    return a.jobs == b.jobs and a.statuses == b.statuses
+    return a.jobs == b.jobs and a.statuses == b.statuses and a.by_job == b.by_job and a.by_node == b.by_node
 
 
 @pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
@@ -101,8 +101,11 @@ def test_figures_advanced_version_by_version_equal_figures_counted_anew(trace: P
         fold_line(state, line)
         snapshot = state.snapshot()
         figures = figures.advance(snapshot)
+        shown = views.queues(snapshot, figures)  # advanced from the previous version's too
         if state.version % every == 0 or state.version == len(lines):
-            assert _figures_equal(figures, Figures.of(snapshot)), (trace.name, state.version)
+            anew = Figures.of(snapshot)
+            assert _figures_equal(figures, anew), (trace.name, state.version)
+            assert shown == views.queues(snapshot, anew), (trace.name, state.version)
 
 
 def test_the_figures_check_sees_a_wrong_base() -> None:
@@ -122,12 +125,15 @@ def test_job_and_node_entries_have_the_canonical_snapshots_shape(trace: Path) ->
         state, _ = replay_bytes(b"\n".join(lines[:cut]))
         snapshot = state.snapshot()
         canonical = snapshot.to_json()
+        figures = Figures.of(snapshot)
         for key, _pg in snapshot.podgroups.items():
             entry = views.job_entry(snapshot, key, views.tasks_where(snapshot, job=key))
             assert entry == canonical["jobs"].get(key), (trace.name, key)
+            assert views.tasks_among(snapshot, figures.by_job.get(key, ())) == views.tasks_where(snapshot, job=key)
         for name, _node in snapshot.nodes.items():
             entry = views.node_entry(snapshot, name, views.tasks_where(snapshot, node=name))
             assert entry == canonical["nodes"][name], (trace.name, name)
+            assert views.tasks_among(snapshot, figures.by_node.get(name, ())) == views.tasks_where(snapshot, node=name)
 
 
 def test_a_step_chart_goes_through_every_point_and_marks_the_version() -> None:
@@ -440,8 +446,19 @@ def test_past_versions_from_anchors_and_checkpoints_equal_a_fold_from_the_start(
             expected[straight.version] = straight.snapshot().canonical_bytes()
         versions = list(range(end + 1))
         random.Random(5).shuffle(versions)
+        figures = FiguresCache(kept=3)
+        previous, by_written = timeline.snapshot(versions[0]), 0
         for v in versions:
-            assert timeline.snapshot(v).canonical_bytes() == expected[v], v
+            snapshot = timeline.snapshot(v)
+            assert snapshot.canonical_bytes() == expected[v], v
+            assert _figures_equal(figures.of(snapshot, timeline.written), Figures.of(snapshot)), v
+            # figures advanced from another version's by the task uids the folds recorded as written
+            keys = timeline.written(previous.version, v)
+            if keys is not None:
+                by_written += 1
+                assert _figures_equal(Figures.of(previous).advance(snapshot, keys), Figures.of(snapshot)), v
+            previous = snapshot
+        assert by_written > len(versions) // 4, by_written
         stats = timeline.stats()
         assert stats.anchors > 0 and stats.snapshots > 0, stats
         assert stats.bytes <= 1 << 20, stats

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,8 @@ _INDEX = {status: i for i, status in enumerate(STATUSES)}
 _PENDING = TaskStatus.PENDING
 PROBE = 256  # tasks looked at to tell whether a base's tasks are the same objects
 MIN_ALIKE = 0.5  # of the probed tasks: below this a base saves too little, the figures are computed anew
-KEPT = 8  # versions whose figures are kept to advance from
+KEPT = 16  # versions whose figures are kept to advance from
+WRITTEN_TRIED = 4  # the kept versions nearest a new one whose written keys are looked up
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class JobFigures:
         return {str(s): n for s, n in zip(STATUSES, self.counts, strict=True) if n}
 
 
+# (version a, version b) -> a superset of the task uids written between a and b, or None if unknown
+Written = Callable[[int, int], set[str] | None]
+
 _NO_JOB = JobFigures((0,) * len(STATUSES), {}, {})
 
 
@@ -54,34 +58,104 @@ class Figures:
     tasks: FrozenMap[str, PodView]  # the snapshot's, to find what differs in the next version
     jobs: dict[str, JobFigures]  # job key -> its figures (jobs with at least one task)
     statuses: tuple[int, ...]  # every task per status, in STATUSES order
+    by_job: dict[str, frozenset[str]] = field(default_factory=dict)  # job key -> uids of its tasks
+    by_node: dict[str, frozenset[str]] = field(default_factory=dict)  # node name -> uids of tasks naming it
     memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # what is derived from them
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Figures:
-        jobs: dict[str, JobFigures] = {}
+        """The figures counted anew: one pass over the tasks, summing into mutable totals per
+        job (a new JobFigures per task would cost several times the pass)."""
         statuses = [0] * len(STATUSES)
-        for task in snapshot.tasks.values():
-            statuses[_INDEX[task.status]] += 1
-            if task.job is not None:
-                jobs[task.job] = _with(jobs.get(task.job, _NO_JOB), task, 1)
-        return cls(snapshot.version, snapshot.tasks, jobs, tuple(statuses))
+        totals: dict[str, tuple[list[int], dict[str, int], dict[str, int]]] = {}
+        by_job: dict[str, list[str]] = {}
+        by_node: dict[str, list[str]] = {}
+        index, allocated_statuses, pending = _INDEX, ALLOCATED, _PENDING
+        for shard in snapshot.tasks.shards():
+            for uid, task in shard.items():
+                i = index[task.status]
+                statuses[i] += 1
+                if task.node:
+                    on = by_node.get(task.node)
+                    if on is None:
+                        by_node[task.node] = [uid]
+                    else:
+                        on.append(uid)
+                job = task.job
+                if job is None:
+                    continue
+                of_job = by_job.get(job)
+                if of_job is None:
+                    by_job[job] = [uid]
+                else:
+                    of_job.append(uid)
+                total = totals.get(job)
+                if total is None:
+                    total = totals[job] = ([0] * len(STATUSES), {}, {})
+                total[0][i] += 1
+                status = task.status
+                if status in allocated_statuses:
+                    _accumulate(total[1], task.resreq)
+                    _accumulate(total[2], task.resreq)
+                elif status == pending:
+                    _accumulate(total[2], task.resreq)
+        jobs = {
+            job: JobFigures(tuple(counts), _nonzero(allocated), _nonzero(request))
+            for job, (counts, allocated, request) in totals.items()
+        }
+        return cls(
+            snapshot.version,
+            snapshot.tasks,
+            jobs,
+            tuple(statuses),
+            {job: frozenset(uids) for job, uids in by_job.items()},
+            {node: frozenset(uids) for node, uids in by_node.items()},
+        )
 
-    def advance(self, snapshot: Snapshot) -> Figures:
-        """The figures of ``snapshot``, from these and the tasks that differ."""
+    def advance(self, snapshot: Snapshot, keys: Iterable[str] | None = None) -> Figures:
+        """The figures of ``snapshot``, from these and the tasks that differ: those of ``keys``
+        when given (a superset of the task uids written between the two versions, which the
+        timeline records as it folds: then the two need not share any object), else found by
+        comparing the two task maps shard by shard."""
+        if keys is None:
+            differing = _differing(self.tasks, snapshot.tasks)
+        else:
+            differing = _differing_keys(self.tasks, snapshot.tasks, keys)
         jobs = dict(self.jobs)  # values are immutable: a shallow copy keeps these figures intact
         statuses = list(self.statuses)
-        for old, new in _differing(self.tasks, snapshot.tasks):
+        job_moves: dict[str, dict[str, bool]] = {}  # job -> uid -> joins (True) or leaves (False)
+        node_moves: dict[str, dict[str, bool]] = {}
+        touched: set[str] = set()  # jobs whose figures changed
+        for uid, old, new in differing:
+            _move(job_moves, uid, old.job if old is not None else None, new.job if new is not None else None)
+            _move(node_moves, uid, old.node if old is not None else None, new.node if new is not None else None)
             for task, sign in ((old, -1), (new, 1)):
                 if task is None:
                     continue
                 statuses[_INDEX[task.status]] += sign
                 if task.job is not None:
+                    touched.add(task.job)
                     figures = _with(jobs.get(task.job, _NO_JOB), task, sign)
                     if figures.tasks:
                         jobs[task.job] = figures
                     else:
                         jobs.pop(task.job, None)
-        return Figures(snapshot.version, snapshot.tasks, jobs, tuple(statuses))
+        advanced = Figures(
+            snapshot.version,
+            snapshot.tasks,
+            jobs,
+            tuple(statuses),
+            _moved(self.by_job, job_moves),
+            _moved(self.by_node, node_moves),
+        )
+        # the queue figures advance too (``queue_figures``), from the nearest figures that have
+        # them: these, or their own base (one base each, never a chain)
+        if "queues" in self.memo:
+            advanced.memo["base"] = (self, touched)
+        elif "base" in self.memo:
+            base, before = self.memo["base"]
+            advanced.memo["base"] = (base, before | touched)
+        return advanced
 
     def likeness(self, snapshot: Snapshot) -> float:
         """The share of a sample of ``snapshot``'s tasks that are the very objects these figures
@@ -125,18 +199,67 @@ def _add(total: dict[str, int], add: dict[str, int], sign: int) -> dict[str, int
     return out
 
 
-def _differing(old: FrozenMap[str, Any], new: FrozenMap[str, Any]) -> Iterator[tuple[Any, Any]]:
-    """(old value, new value) of every key whose value is not the same object in both (None
-    where absent); shards the two share are skipped whole."""
+def _accumulate(total: dict[str, int], add: dict[str, int]) -> None:
+    for k, v in add.items():
+        total[k] = total.get(k, 0) + v
+
+
+def _nonzero(total: dict[str, int]) -> dict[str, int]:
+    """As ``_add`` leaves a sum: without the resources that add up to nothing."""
+    return {k: v for k, v in total.items() if v} if 0 in total.values() else total
+
+
+def _move(moves: dict[str, dict[str, bool]], uid: str, before: str | None, after: str | None) -> None:
+    """Record that task ``uid`` left group ``before`` and joined ``after`` (None, "": no group)."""
+    if before == after:
+        return
+    if before:
+        moves.setdefault(before, {})[uid] = False
+    if after:
+        moves.setdefault(after, {})[uid] = True
+
+
+def _moved(groups: dict[str, frozenset[str]], moves: dict[str, dict[str, bool]]) -> dict[str, frozenset[str]]:
+    """``groups`` with ``moves`` applied: one new set per group that changed."""
+    if not moves:
+        return groups
+    out = dict(groups)
+    for key, changes in moves.items():
+        members = set(out.get(key, ()))
+        for uid, joins in changes.items():
+            if joins:
+                members.add(uid)
+            else:
+                members.discard(uid)
+        if members:
+            out[key] = frozenset(members)
+        else:
+            out.pop(key, None)
+    return out
+
+
+def _differing_keys(
+    old: FrozenMap[str, Any], new: FrozenMap[str, Any], keys: Iterable[str]
+) -> Iterator[tuple[str, Any, Any]]:
+    """``_differing`` among ``keys`` alone."""
+    for key in keys:
+        before, after = old.get(key), new.get(key)
+        if before is not after:
+            yield key, before, after
+
+
+def _differing(old: FrozenMap[str, Any], new: FrozenMap[str, Any]) -> Iterator[tuple[str, Any, Any]]:
+    """(key, old value, new value) of every key whose value is not the same object in both
+    (None where absent); shards the two share are skipped whole."""
     for a, b in zip(old.shards(), new.shards(), strict=True):
         if a is b:
             continue
         for key, value in b.items():
             before = a.get(key)
             if before is not value:
-                yield before, value
+                yield key, before, value
         for key in a.keys() - b.keys():
-            yield a[key], None
+            yield key, a[key], None
 
 
 class FiguresCache:
@@ -148,19 +271,28 @@ class FiguresCache:
         self._lock = threading.Lock()
         self._by_version: OrderedDict[int, Figures] = OrderedDict()
 
-    def of(self, snapshot: Snapshot) -> Figures:
+    def of(self, snapshot: Snapshot, written: Written | None = None) -> Figures:
+        """The figures of ``snapshot``: kept, or advanced from a kept version's, by the task
+        uids ``written`` between the two (the timeline's record) when it knows them, else by
+        comparing task maps with a version of the same lineage, else counted anew."""
         with self._lock:
             found = self._by_version.get(snapshot.version)
             if found is not None:
                 self._by_version.move_to_end(snapshot.version)
                 return found
             candidates = list(self._by_version.values())
-        scored = [(f.likeness(snapshot), -abs(f.version - snapshot.version), i) for i, f in enumerate(candidates)]
-        best = max(scored, default=None)
-        if best is not None and best[0] >= MIN_ALIKE:
-            figures = candidates[best[2]].advance(snapshot)
-        else:
-            figures = Figures.of(snapshot)
+        figures = None
+        nearest = sorted(candidates, key=lambda f: abs(f.version - snapshot.version))
+        if written is not None:
+            for base in nearest[:WRITTEN_TRIED]:
+                keys = written(base.version, snapshot.version)
+                if keys is not None and len(keys) < len(snapshot.tasks) // 4:
+                    figures = base.advance(snapshot, keys)
+                    break
+        if figures is None:
+            # the nearest version of the same lineage: the fewest tasks to count again
+            alike = [f for f in nearest if f.likeness(snapshot) >= MIN_ALIKE][:1]
+            figures = alike[0].advance(snapshot) if alike else Figures.of(snapshot)
         with self._lock:
             self._by_version[snapshot.version] = figures
             while len(self._by_version) > self.kept:
@@ -168,25 +300,82 @@ class FiguresCache:
         return figures
 
 
-def queue_sums(snapshot: Snapshot, figures: Figures) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
-    """Per stored queue, (allocated, request) of its shown jobs (Volcano's queue figures); once
-    per version."""
-    if "queues" not in figures.memo:
-        figures.memo["queues"] = _queue_sums(snapshot, figures)
-    sums: dict[str, tuple[dict[str, int], dict[str, int]]] = figures.memo["queues"]
-    return sums
+QueueSums = dict[str, tuple[dict[str, int], dict[str, int]]]
 
 
-def _queue_sums(snapshot: Snapshot, figures: Figures) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
-    sums: dict[str, tuple[dict[str, int], dict[str, int]]] = {name: ({}, {}) for name, _q in snapshot.queues.items()}
-    for key, job in figures.jobs.items():
-        pg = snapshot.podgroups.get(key)
-        if pg is None:
+@dataclass(frozen=True)
+class QueueFigures:
+    """Per stored queue, (allocated, request) of its shown jobs (Volcano's queue figures), and
+    PodGroups per queue name (stored or not), with what they were computed from."""
+
+    sums: QueueSums
+    jobs: dict[str, int]
+    podgroups: FrozenMap[str, Any]
+    queues: frozenset[str]
+    default_queue: str
+
+
+def queue_figures(snapshot: Snapshot, figures: Figures) -> QueueFigures:
+    """The version's queue figures, once per version: advanced from those of the version its
+    figures advanced from, by the jobs whose figures changed and the PodGroups that differ (a
+    pass over every job and PodGroup otherwise)."""
+    found: QueueFigures | None = figures.memo.get("queues")
+    if found is not None:
+        return found
+    queues = frozenset(name for name, _q in snapshot.queues.items())
+    base = figures.memo.pop("base", None)
+    before: QueueFigures | None = base[0].memo.get("queues") if base is not None else None
+    same = before is not None and (before.queues, before.default_queue) == (queues, snapshot.config.default_queue)
+    if base is not None and before is not None and same:
+        found = _advance_queues(snapshot, figures, base[0], before, base[1])
+    if found is None:
+        found = _queue_figures(snapshot, figures, queues)
+    figures.memo["queues"] = found
+    return found
+
+
+def queue_sums(snapshot: Snapshot, figures: Figures) -> QueueSums:
+    return queue_figures(snapshot, figures).sums
+
+
+def _queue_figures(snapshot: Snapshot, figures: Figures, queues: frozenset[str]) -> QueueFigures:
+    sums: QueueSums = {name: ({}, {}) for name in queues}
+    jobs: dict[str, int] = {}
+    for key, pg in snapshot.podgroups.items():
+        queue = snapshot.job_queue(pg)
+        jobs[queue] = jobs.get(queue, 0) + 1
+        job = figures.jobs.get(key)
+        totals = sums.get(queue)
+        if job is None or totals is None:
             continue
-        queue = sums.get(snapshot.job_queue(pg))
-        if queue is None:
-            continue
-        for total, add in zip(queue, (job.allocated, job.request), strict=True):
+        for total, add in zip(totals, (job.allocated, job.request), strict=True):
             for k, v in add.items():
                 total[k] = total.get(k, 0) + v
-    return sums
+    return QueueFigures(sums, jobs, snapshot.podgroups, queues, snapshot.config.default_queue)
+
+
+def _advance_queues(
+    snapshot: Snapshot, figures: Figures, base: Figures, before: QueueFigures, touched: set[str]
+) -> QueueFigures:
+    sums: QueueSums = {name: (dict(a), dict(r)) for name, (a, r) in before.sums.items()}
+    jobs = dict(before.jobs)
+    keys = set(touched)
+    keys.update(key for key, _old, _new in _differing(before.podgroups, snapshot.podgroups))
+    default = before.default_queue
+    for key in keys:
+        for podgroups, job_figures, sign in ((before.podgroups, base.jobs, -1), (snapshot.podgroups, figures.jobs, 1)):
+            pg = podgroups.get(key)
+            if pg is None:
+                continue
+            queue = pg.queue or default
+            jobs[queue] = jobs.get(queue, 0) + sign
+            if not jobs[queue]:
+                del jobs[queue]
+            job = job_figures.get(key)
+            totals = sums.get(queue)
+            if job is None or totals is None:
+                continue
+            for total, add in zip(totals, (job.allocated, job.request), strict=True):
+                for k, v in add.items():
+                    total[k] = total.get(k, 0) + sign * v
+    return QueueFigures(sums, jobs, snapshot.podgroups, before.queues, default)

@@ -6,7 +6,10 @@ a worker thread. None of them writes to the cluster or the log.
 
 from __future__ import annotations
 
+import bisect
+import gc
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,10 +26,12 @@ from strata.snapdiff import diff
 from strata.ui import views
 from strata.ui.charts import Chart, step_chart
 from strata.ui.clock import Clock
-from strata.ui.derived import FiguresCache
+from strata.ui.derived import Figures, FiguresCache
 from strata.ui.timeline import Timeline
 from strata.why import explain_snapshot
 
+HISTORIES_KEPT = 64  # subjects whose whole history is kept
+WHYS_KEPT = 256  # why answers kept, per version and subject
 GANG_SERIES = (("pods", "pods"), ("placed", "placed"), ("running", "running"))
 NODE_SERIES = (("cpu", "cpu requested"), ("memory", "memory requested"))
 
@@ -48,11 +53,22 @@ class Source:
         self.clock = Clock(index, runner.identity)
         self.figures = FiguresCache()
         self.digests = DigestBook(settings)
+        self._heat_rows: views.HeatRows = {}
+        self._whys: OrderedDict[tuple[int, str, str, str], dict[str, Any]] = OrderedDict()
+        self._histories_lock = threading.Lock()
+        # (kind, name) -> (the index's position, the subject's history up to it)
+        self._histories: OrderedDict[tuple[str, str], tuple[int, list[dict[str, Any]]]] = OrderedDict()
 
     def warm(self) -> None:
         """Count the live version's figures before the first page asks (a pass over every task:
         later versions advance from it)."""
-        self.figures.of(self.timeline.live_snapshot())
+        self.figures.of(self.timeline.live_snapshot(), self.timeline.written)
+        gc.freeze()  # they live on: see timeline.FREEZE_EVERY
+
+    def figures_of(self, snapshot: Snapshot) -> Figures:
+        """The version's figures (tasks by status per job and queue, tasks by job and node),
+        advanced from a nearby version's by the tasks the folds wrote in between."""
+        return self.figures.of(snapshot, self.timeline.written)
 
     # --------------------------------------------------------------------------- versions
     def at(self, v: str | None, at: str | None) -> At:
@@ -91,18 +107,38 @@ class Source:
     # ------------------------------------------------------------------------------ pages
     def cluster(self, at: At, jobs: views.JobFilter, node_text: str) -> dict[str, Any]:
         snapshot = self.snapshot(at)
-        return views.cluster(snapshot, self.figures.of(snapshot), jobs, node_text)
+        return views.cluster(snapshot, self.figures_of(snapshot), jobs, node_text, self._heat_rows)
 
     def history(self, kind: str, name: str, at: At) -> list[dict[str, Any]]:
-        """`strata history KIND NAME --until` the chosen version, as `-o json` prints it."""
+        """`strata history KIND NAME --until` the chosen version, as `-o json` prints it.
+
+        A subject's whole indexed history is read once per position of the index and kept
+        (a node's is hundreds of entries, tens of ms to read and decode); the history until a
+        version is its prefix: an entry depends only on the entries before it."""
         if at.version == 0:
             return []
-        return history(self.index, self.runner.identity, kind, name, None, Position(offset=at.version - 1))
+        indexed = self.index.indexed_to(self.runner.identity)
+        if at.version > indexed:  # beyond what the index holds: as the CLI reads it
+            return history(self.index, self.runner.identity, kind, name, None, Position(offset=at.version - 1))
+        key = (kind, name)
+        with self._histories_lock:
+            kept = self._histories.get(key)
+            if kept is not None:
+                self._histories.move_to_end(key)
+        if kept is None or kept[0] != indexed:
+            full = history(self.index, self.runner.identity, kind, name, None, Position(offset=indexed - 1))
+            kept = (indexed, full)
+            with self._histories_lock:
+                self._histories[key] = kept
+                while len(self._histories) > HISTORIES_KEPT:
+                    self._histories.popitem(last=False)
+        entries = kept[1]
+        return entries[: bisect.bisect_right(entries, at.version - 1, key=lambda e: int(e["offset"]))]
 
     def job(self, at: At, namespace: str, name: str) -> dict[str, Any]:
         key = f"{namespace}/{name}"
         snapshot = self.snapshot(at)
-        tasks = views.tasks_where(snapshot, job=key)
+        tasks = views.tasks_among(snapshot, self.figures_of(snapshot).by_job.get(key, ()))
         items = self.history("job", key, at)
         pg = snapshot.podgroups.get(key)
         series = views.gang_series(items)
@@ -141,7 +177,10 @@ class Source:
 
     def node(self, at: At, name: str) -> dict[str, Any]:
         snapshot = self.snapshot(at)
-        tasks = views.tasks_where(snapshot, node=name)
+        if name:
+            tasks = views.tasks_among(snapshot, self.figures_of(snapshot).by_node.get(name, ()))
+        else:
+            tasks = views.tasks_where(snapshot, node=name)
         items = self.history("node", name, at)
         return {
             "version": at.version,
@@ -166,8 +205,19 @@ class Source:
 
     def why(self, snapshot: Snapshot, kind: str, namespace: str, name: str) -> dict[str, Any]:
         """`strata why KIND NS/NAME -o json` at the snapshot's version."""
-        answer = explain_snapshot(self.runner, self.index, snapshot, kind, namespace, name)
-        return answer.to_json()
+        key = (snapshot.version, kind, namespace, name)
+        with self._histories_lock:
+            kept = self._whys.get(key)
+        if kept is not None:
+            return kept
+        answer = explain_snapshot(self.runner, self.index, snapshot, kind, namespace, name).to_json()
+        # an answer is the version's for good once the index covers it (it reads the index up to the version)
+        if snapshot.version <= self.index.indexed_to(self.runner.identity):
+            with self._histories_lock:
+                self._whys[key] = answer
+                while len(self._whys) > WHYS_KEPT:
+                    self._whys.popitem(last=False)
+        return answer
 
     def replicas(self) -> dict[str, Any]:
         return self.digests.report()

@@ -41,6 +41,27 @@ def shard_ids(item: Snapshot | CacheState) -> set[int]:
     return {id(shard) for m in _maps(item) for shard in m.shards()}
 
 
+def parts(item: Snapshot | CacheState) -> tuple[list[tuple[int, int]], int]:
+    """What ``own_bytes`` looks at, taken once: (id, bytes) of every shard, and the bytes of a
+    state's plain dicts (never shared). Valid while the item is not written to (snapshots, and
+    anchors, which are only ever forked)."""
+    shards = [(id(shard), sys.getsizeof(shard)) for m in _maps(item) for shard in m.shards()]
+    extra = 0
+    if isinstance(item, CacheState):
+        extra = sys.getsizeof(item.pods) + sys.getsizeof(item.pod_uids) + sys.getsizeof(item.overlays)
+    return shards, extra
+
+
+def charge(item_parts: tuple[list[tuple[int, int]], int], shared: set[int]) -> int:
+    """``own_bytes`` from ``parts``."""
+    shards, total = item_parts
+    for key, size in shards:
+        if key not in shared:
+            shared.add(key)
+            total += size
+    return total
+
+
 def own_bytes(item: Snapshot | CacheState, shared: set[int]) -> int:
     """The bytes of ``item``'s dict structure that no state or snapshot in ``shared`` (ids of
     shards) holds too: what keeping it costs beyond them. The objects in the dicts are shared

@@ -32,11 +32,13 @@ from strata.projector.auditstore import AuditIndex
 from strata.projector.runner import LogRunner
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState
-from strata.ui.states import forget_changes, fork, own_bytes, shard_ids
+from strata.ui.states import charge, forget_changes, fork, own_bytes, parts, shard_ids
 
 LOG = logging.getLogger("strata.ui")
 ANCHOR_EVERY = 1024  # records between anchors: a nearby version is at most this many records' fold away
 ANCHOR_WINDOW = 16  # anchors laid over the last ANCHOR_WINDOW * ANCHOR_EVERY records before a version asked for
+COARSE = 8  # every COARSE-th point of the grid gets an anchor over a whole fold (the window: every one)
+CURSORS_KEPT = 2  # states left where a past fold stopped (off the anchor grid), to fold on from
 CHUNK = 1024  # records read from the broker at once for a past fold, and kept (decoded) for the next one
 CHUNKS_KEPT = 48  # about 1 MB each at 5,000 nodes / 150,000 pods: versions near each other reread nothing
 CHECKPOINTS_TTL_S = 10.0  # how long the list of checkpoints is trusted (new ones come every 100,000 records)
@@ -45,6 +47,15 @@ INDEX_BATCH = 5000  # audit entries written at once, or every INDEX_SECONDS when
 INDEX_SECONDS = 1.0
 INDEX_BACKLOG = 200_000  # entries kept while the index refuses writes, before giving up on it
 LIVE = 0  # the lineage of the live state
+STEPS_KEPT = 1024  # stretches of the grid (and versions' tails) whose written task uids are kept
+_NOTHING: frozenset[str] = frozenset()
+# The collector's full passes walk every tracked object not frozen: after a few past folds (each
+# new task view, every anchor's copied dicts) that is millions of objects, and such a pass held
+# the interpreter for 3-4 s in the middle of a request. What the UI keeps lives on until the LRU
+# drops it (reference counting frees it then, frozen or not; the fold makes almost no cycles),
+# so it is frozen where it is made: after each fold toward a past version, and every
+# FREEZE_EVERY records of the live fold.
+FREEZE_EVERY = 65_536
 
 
 class NotReady(StrataError):
@@ -55,6 +66,13 @@ class NotReady(StrataError):
 class _Item:
     lineage: int
     value: Snapshot | CacheState
+    _parts: tuple[list[tuple[int, int]], int] | None = None
+
+    def charge(self, shared: set[int]) -> int:
+        """``own_bytes`` of the value, from its shards' sizes taken once (an item is not written)."""
+        if self._parts is None:
+            self._parts = parts(self.value)
+        return charge(self._parts, shared)
 
 
 @dataclass
@@ -94,6 +112,10 @@ class Timeline:
         self._thread: threading.Thread | None = None
         self._chunks: OrderedDict[int, list[LogEntry]] = OrderedDict()  # first offset -> its entries
         self._checkpoints: tuple[float, list[int]] = (0.0, [])  # (when listed, versions)
+        # grid point -> the task uids written up to the next one; version -> those since its grid point
+        self._steps: OrderedDict[int, frozenset[str]] = OrderedDict()
+        self._tails: OrderedDict[int, frozenset[str]] = OrderedDict()
+        self._live_from_grid = False  # whether the live fold has passed a grid point since its restore
 
     # ------------------------------------------------------------------------------- live
     def start(self, stop: threading.Event) -> None:
@@ -120,6 +142,7 @@ class Timeline:
             forget_changes(state)
             gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
             with self._changed:
+                self._live_from_grid = state.version % self.anchor_every == 0
                 self._live = state
                 self._changed.notify_all()
             for entry in self.runner.reader.follow(state.version, stop):
@@ -139,8 +162,16 @@ class Timeline:
             outcome = state.apply_at(entry.offset, entry.record)
             self._live_snapshot = None
             self._live_time_ms = entry.timestamp_ms
-            if state.version % 4096 == 0:
+            if state.version % self.anchor_every == 0:
+                if self._live_from_grid:
+                    self._record_step(state.version - self.anchor_every, frozenset(state.tasks.changed))
+                self._live_from_grid = True
                 forget_changes(state)
+                if state.version % (COARSE * self.anchor_every) == 0:
+                    # the versions since the newest checkpoint need no restore: anchors of the live lineage
+                    self._remember(("a", state.version), _Item(LIVE, fork(state)))
+                if state.version % FREEZE_EVERY == 0:
+                    gc.freeze()  # the live state's newer objects: see FREEZE_EVERY
             self._changed.notify_all()
         if writes is not None:
             writes.add(audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object))
@@ -173,6 +204,8 @@ class Timeline:
             if self._live is None:
                 raise NotReady("the UI's cache is still restoring the newest checkpoint")
             if self._live_snapshot is None:
+                if self._live_from_grid:
+                    self._record_tail(self._live.version, frozenset(self._live.tasks.changed))
                 self._live_snapshot = self._live.snapshot()
                 self._remember(("s", self._live.version), _Item(LIVE, self._live_snapshot))
             return self._live_snapshot
@@ -195,8 +228,11 @@ class Timeline:
             state, lineage = self._start_for(version)
             self._fold(state, version, lineage)
             snapshot = state.snapshot()
-            self._remember(("a", version), _Item(lineage, state), evict=False)  # the next one may fold on from it
+            # the next one may fold on from it; only the last few such cursors are kept
+            self._remember(("a", version), _Item(lineage, state), evict=False)
+            self._drop_cursors()
             self._remember(("s", version), _Item(lineage, snapshot))
+            gc.freeze()
             return snapshot
 
     def _cached(self, version: int) -> Snapshot | None:
@@ -220,6 +256,9 @@ class Timeline:
             anchor_version, item = best
             assert isinstance(item.value, CacheState)
             if anchor_version % self.anchor_every == 0:
+                with self._changed:
+                    if ("a", anchor_version) in self._items:
+                        self._items.move_to_end(("a", anchor_version))  # in use: the last to go
                 return fork(item.value), item.lineage  # a grid anchor stays where it is
             with self._changed:
                 self._items.pop(("a", anchor_version), None)  # a cursor moves on
@@ -251,14 +290,69 @@ class Timeline:
             return state, self._lineage
 
     def _fold(self, state: CacheState, version: int, lineage: int) -> None:
+        """Fold ``state`` forward to ``version``, laying anchors on the grid over the window
+        before it, and recording which tasks each stretch of the grid wrote (``written``)."""
         lay_from = version - ANCHOR_WINDOW * self.anchor_every
+        forget_changes(state)
+        segment = self._tail(state.version)  # task uids written since the grid point before, None: unknown
         for entry in self._entries(state.version, version, keep_from=lay_from):
             state.apply_at(entry.offset, entry.record)
             if state.version % self.anchor_every == 0:
+                if segment is not None:
+                    self._record_step(state.version - self.anchor_every, segment | state.tasks.changed)
+                segment = _NOTHING
                 forget_changes(state)
-                if state.version >= lay_from and state.version < version:
+                laid = ("a", state.version) in self._items
+                wanted = state.version >= lay_from or state.version % (COARSE * self.anchor_every) == 0
+                if wanted and state.version < version and not laid:
                     self._remember(("a", state.version), _Item(lineage, fork(state)), evict=False)
         state.expect_offset(version)
+        if segment is not None:
+            self._record_tail(version, segment | state.tasks.changed)
+
+    # ----------------------------------------------------------------- what the folds wrote
+    def written(self, a: int, b: int) -> set[str] | None:
+        """A superset of the task uids written between versions ``a`` and ``b`` (either order),
+        from what the folds recorded; None when they did not cover the stretch. Facts about the
+        log, the same in every lineage: figures of one version advance to another by them."""
+        a, b = min(a, b), max(a, b)
+        with self._changed:
+            if a - a % self.anchor_every == b - b % self.anchor_every:
+                tail_a, tail_b = self._tail(a), self._tail(b)
+                return None if tail_a is None or tail_b is None else set(tail_a | tail_b)
+            tail_b = self._tail(b)
+            if tail_b is None:
+                return None
+            out = set(tail_b)
+            for g in range(a - a % self.anchor_every, b - b % self.anchor_every, self.anchor_every):
+                step = self._steps.get(g)
+                if step is None:
+                    return None
+                out |= step
+            return out
+
+    def _tail(self, version: int) -> frozenset[str] | None:
+        """The task uids written between the grid point at or below ``version`` and it."""
+        if version % self.anchor_every == 0:
+            return _NOTHING
+        with self._changed:
+            return self._tails.get(version)
+
+    def _record_step(self, grid: int, keys: frozenset[str]) -> None:
+        with self._changed:
+            self._steps[grid] = keys
+            self._steps.move_to_end(grid)
+            while len(self._steps) > STEPS_KEPT:
+                self._steps.popitem(last=False)
+
+    def _record_tail(self, version: int, keys: frozenset[str]) -> None:
+        if version % self.anchor_every == 0:
+            return
+        with self._changed:
+            self._tails[version] = keys
+            self._tails.move_to_end(version)
+            while len(self._tails) > STEPS_KEPT:
+                self._tails.popitem(last=False)
 
     def _entries(self, start: int, end: int, keep_from: int) -> Iterator[LogEntry]:
         """The log's entries in [start, end): from the chunks kept, the others read from the
@@ -306,18 +400,36 @@ class Timeline:
             if evict:
                 self._evict()
 
+    def _is_grid(self, key: tuple[str, int]) -> bool:
+        return key[0] == "a" and key[1] % self.anchor_every == 0
+
+    def _drop_cursors(self) -> None:
+        """Keep the CURSORS_KEPT most recent anchors off the grid: each is worth only the next
+        fold that starts from it, while piling them up would crowd the grid's anchors out of
+        the budget (and a version with no anchor below it costs a restore)."""
+        with self._changed:
+            cursors = [k for k in reversed(self._items) if k[0] == "a" and not self._is_grid(k)]
+            for key in cursors[CURSORS_KEPT:]:
+                del self._items[key]
+
     def _evict(self) -> None:
-        """Drop items until the rest fit the budget: snapshots first, then anchors (an anchor
-        gives back any version after it in a short fold), each kind least recently used first,
-        never the newest item. Each item is charged what it holds beyond the live state and the
-        items kept ahead of it (kept anchors first, then snapshots, most recent first)."""
+        """Drop items until the rest fit the budget: snapshots first, then cursors, then the
+        grid's anchors (an anchor gives back any version after it in a short fold), each kind
+        least recently used first, never the newest item. Each item is charged what it holds
+        beyond the live state and the items kept ahead of it (grid anchors first, then
+        cursors, then snapshots, most recent first)."""
         newest = next(reversed(self._items))
-        order = [k for k in reversed(self._items) if k[0] == "a"] + [k for k in reversed(self._items) if k[0] == "s"]
+        recent = list(reversed(self._items))
+        order = (
+            [k for k in recent if self._is_grid(k)]
+            + [k for k in recent if k[0] == "a" and not self._is_grid(k)]
+            + [k for k in recent if k[0] == "s"]
+        )
         order.remove(newest)
         shared = shard_ids(self._live) if self._live is not None else set()
-        total = own_bytes(self._items[newest].value, shared)
+        total = self._items[newest].charge(shared)
         for key in order:
-            total += own_bytes(self._items[key].value, shared)
+            total += self._items[key].charge(shared)
             if total > self.budget_bytes:
                 del self._items[key]
 

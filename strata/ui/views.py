@@ -18,7 +18,7 @@ from strata.projector.kinds import PodView
 from strata.projector.resources import BadQuantity, nonzero, parse_resources
 from strata.projector.snapshot import Snapshot
 from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
-from strata.ui.derived import Figures, queue_sums
+from strata.ui.derived import Figures, queue_figures
 
 HEAT_RESOURCES = ("cpu", "memory", "pods")
 PAGE_ROWS = 100  # jobs listed per page of the cluster view
@@ -34,6 +34,13 @@ def tasks_where(snapshot: Snapshot, *, job: str | None = None, node: str | None 
     if job is not None:
         return sorted(((uid, t) for uid, t in snapshot.tasks.items() if t.job == job), key=lambda p: p[0])
     return sorted(((uid, t) for uid, t in snapshot.tasks.items() if t.node == node), key=lambda p: p[0])
+
+
+def tasks_among(snapshot: Snapshot, uids: Iterable[str]) -> list[tuple[str, PodView]]:
+    """(uid, task) of the tasks ``uids`` names (a job's or a node's, from the version's figures,
+    which index them), as ``tasks_where`` returns them, without a pass over every task."""
+    tasks = snapshot.tasks
+    return sorted((uid, tasks[uid]) for uid in uids)
 
 
 def task_entry(uid: str, t: PodView) -> dict[str, Any]:
@@ -134,19 +141,27 @@ class JobFilter:
         )
 
 
-def cluster(snapshot: Snapshot, figures: Figures, jobs: JobFilter, node_text: str = "") -> dict[str, Any]:
+def cluster(
+    snapshot: Snapshot, figures: Figures, jobs: JobFilter, node_text: str = "", rows: HeatRows | None = None
+) -> dict[str, Any]:
     return {
         "version": snapshot.version,
-        "nodes": heat(snapshot, node_text),
+        "nodes": heat(snapshot, node_text, rows),
         "tasks": figures.by_status(),
         "queues": queues(snapshot, figures),
         "jobs": job_table(snapshot, figures, jobs),
     }
 
 
-def heat(snapshot: Snapshot, text: str = "") -> dict[str, Any]:
+# node name -> (its view, its used, its CSINode, its heat row): a row is made again only when one
+# of the three is another object (most nodes' are the same from one version to the next)
+HeatRows = dict[str, tuple[Any, Any, Any, list[Any]]]
+
+
+def heat(snapshot: Snapshot, text: str = "", kept: HeatRows | None = None) -> dict[str, Any]:
     """Every node (whose name holds ``text``) with used and allocatable per HEAT_RESOURCES, in
-    the node list's order: [name, [used, allocatable] per resource, unschedulable]."""
+    the node list's order: [name, [used, allocatable] per resource, unschedulable]. Rows are
+    taken from ``kept`` where their node's objects are the same, and kept there."""
     rows: list[list[Any]] = []
     # plain dicts: a sharded map's lookup is a Python call, 15,000 of them here
     nodes = dict(snapshot.nodes.items())
@@ -158,27 +173,32 @@ def heat(snapshot: Snapshot, text: str = "") -> dict[str, Any]:
         if text and text not in name:
             continue
         n = nodes[name]
-        allocatable = allocatable_of(n, csinodes.get(name))
-        used = used_by_node.get(name) or _NONE
-        rows.append(
-            [
-                name,
-                [used.get(cpu, 0), allocatable.get(cpu, 0)],
-                [used.get(memory, 0), allocatable.get(memory, 0)],
-                [used.get(pods, 0), allocatable.get(pods, 0)],
-                n.unschedulable,
-            ]
-        )
+        csi = csinodes.get(name)
+        found = used_by_node.get(name)
+        if kept is not None:
+            hit = kept.get(name)
+            if hit is not None and hit[0] is n and hit[1] is found and hit[2] is csi:
+                rows.append(hit[3])
+                continue
+        allocatable = allocatable_of(n, csi)
+        used = found or _NONE
+        row = [
+            name,
+            [used.get(cpu, 0), allocatable.get(cpu, 0)],
+            [used.get(memory, 0), allocatable.get(memory, 0)],
+            [used.get(pods, 0), allocatable.get(pods, 0)],
+            n.unschedulable,
+        ]
+        rows.append(row)
+        if kept is not None:
+            kept[name] = (n, found, csi, row)
     busiest = sorted(rows, key=lambda row: (-(row[1][0] / row[1][1] if row[1][1] else 0.0), row[0]))[:BUSIEST]
     return {"resources": list(HEAT_RESOURCES), "count": len(snapshot.nodes), "rows": rows, "busiest": busiest}
 
 
 def queues(snapshot: Snapshot, figures: Figures) -> list[dict[str, Any]]:
-    sums = queue_sums(snapshot, figures)
-    jobs: dict[str, int] = {}
-    for _key, pg in snapshot.podgroups.items():
-        queue = snapshot.job_queue(pg)
-        jobs[queue] = jobs.get(queue, 0) + 1
+    found = queue_figures(snapshot, figures)
+    sums, jobs = found.sums, found.jobs
     out = []
     for name, q in sorted(snapshot.queues.items()):
         allocated, request = sums.get(name, ({}, {}))
@@ -200,15 +220,17 @@ def queues(snapshot: Snapshot, figures: Figures) -> list[dict[str, Any]]:
 
 
 def job_table(snapshot: Snapshot, figures: Figures, f: JobFilter) -> dict[str, Any]:
-    phases: dict[str, int] = {}
-    matching = []
-    for key, pg in snapshot.podgroups.items():
-        phase = pg.phase or ""
-        phases[phase] = phases.get(phase, 0) + 1
-        queue = snapshot.job_queue(pg)
-        if f.keeps(key, queue, phase):
-            matching.append((key, pg, queue))
-    matching.sort(key=lambda m: m[0])
+    if "jobs" not in figures.memo:  # once per version: every PodGroup, sorted, and the phases
+        phases: dict[str, int] = {}
+        every = []
+        for key, pg in snapshot.podgroups.items():
+            phase = pg.phase or ""
+            phases[phase] = phases.get(phase, 0) + 1
+            every.append((key, pg, snapshot.job_queue(pg), phase))
+        every.sort(key=lambda m: m[0])
+        figures.memo["jobs"] = (every, dict(sorted(phases.items())))
+    every, phases = figures.memo["jobs"]
+    matching = [(key, pg, queue) for key, pg, queue, phase in every if f.keeps(key, queue, phase)]
     start = f.page * PAGE_ROWS
     rows = []
     for key, pg, queue in matching[start : start + PAGE_ROWS]:
@@ -226,7 +248,7 @@ def job_table(snapshot: Snapshot, figures: Figures, f: JobFilter) -> dict[str, A
             }
         )
     return {
-        "phases": dict(sorted(phases.items())),
+        "phases": dict(phases),
         "total": len(snapshot.podgroups),
         "matching": len(matching),
         "page": f.page,
