@@ -31,11 +31,20 @@ from strata.projector.auditstore import AuditIndex
 from strata.projector.checkpoint import CheckpointInfo, CheckpointStore, LogIdentity
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig
+from strata.projector.statedigest import SETTLE_EVERY
 from strata.projector.writer import Job, Writer, write_checkpoint
 
 LOG = logging.getLogger("strata.projector")
 AUDIT_BATCH = 20_000  # entries handed to the writer at once when no checkpoint comes first
 AUDIT_BACKLOG = 8 * AUDIT_BATCH  # entries kept while the writer is busy before the fold waits for it
+# A follower looks at its writer (a waitpid) and at what falls due every TEND_EVERY records, not
+# after each one: per record that bookkeeping cost about a tenth of the fold (a system call while
+# the writer child runs, the clocks, the checks). A checkpoint or batch then starts at most
+# TEND_EVERY - 1 records later. The digest's slices and reports keep their exact versions
+# (SETTLE_EVERY and every digest interval are checked per record). A follower that checkpoints
+# more often than CHECK_ALWAYS_BELOW records (tests, demos) still checks after each record.
+TEND_EVERY = 64
+CHECK_ALWAYS_BELOW = 100 * TEND_EVERY
 # A checkpoint costs the writer seconds of CPU (render, encode, store) on a machine whose other
 # cores also serve the fold's broker: the next one is not due before the writer has been idle
 # CHECKPOINT_REST times as long as the last one took, so checkpoints take at most a quarter of it
@@ -258,6 +267,7 @@ class _Following:
         self.progress = progress
         self.every_records = every_records
         self.every_seconds = every_seconds
+        self.tend_mask = TEND_EVERY - 1 if every_records >= CHECK_ALWAYS_BELOW else 0
         self.writer = Writer(runner.store, audit_index, runner.identity)
         self.restored = state.version
         self.requested = state.version  # the version of the newest checkpoint handed to the writer
@@ -285,6 +295,14 @@ class _Following:
     def tend(self, now: float, idle: bool) -> None:
         """The bookkeeping between records, each step timed as a pause of the fold: collect a
         finished write, hand over a due checkpoint or a full audit batch, keep the digest settled."""
+        version = self.state.version
+        if (
+            version & self.tend_mask
+            and not idle
+            and version % SETTLE_EVERY
+            and (self.digests is None or not self.digests.due(version))
+        ):
+            return  # nothing here is due at this record (TEND_EVERY)
         started = time.perf_counter()
         waited = 0.0
         state = self.state

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from json.encoder import encode_basestring  # the C function json.dumps(ensure_ascii=False) uses
 from typing import Any, TypedDict
 
+import msgspec
+
 from strata.projector import kinds
 from strata.projector.cowmap import FrozenMap
 from strata.projector.hypernodes import hypernode_entries
@@ -332,7 +334,21 @@ def canonical_bytes(value: Any) -> bytes:
     return _dumps(value).encode("utf-8")
 
 
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_dumps_stdlib = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+# The same text from msgspec's C encoder, several times sooner (the stdlib encoder builds its C
+# encoder anew on every call, once per node and job): sorted keys, no spaces, UTF-8 not escaped,
+# the same escapes (tests/test_snapshot_fastjson.py compares every character). It differs only
+# in how it spells a float (1e16, not 1e+16), and a snapshot holds none: the fold's values are
+# strings, ints, bools and null. Anything it refuses (a lone surrogate, a key that is no string,
+# an object of no JSON type) is left to the stdlib encoder, which accepts or refuses it as before.
+_dumps_fast = msgspec.json.Encoder(order="sorted").encode
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return _dumps_fast(value).decode("utf-8")
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return _dumps_stdlib(value)
 
 
 def _object(members: dict[str, str]) -> str:

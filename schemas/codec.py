@@ -84,6 +84,26 @@ def decode(data: bytes, catalog: Catalog | None = None) -> Record:
     return _as_record(*decode_datum(data, catalog))
 
 
+def record_reader(catalog: Catalog | None = None) -> Callable[[bytes], Record | None]:
+    """``decode``'s fast path as a function of its own, for a loop over many messages: the record
+    when the generated reader of the message's writer schema reads it, else None (the message is
+    then ``decode``'s to read or refuse). It saves a reader of the cache log the calls around it,
+    about a tenth of what a message costs to read."""
+    readers = _compiled.setdefault(catalog or default_catalog(), {})
+
+    def read(data: bytes) -> Record | None:
+        if type(data) is bytes and data[:2] == MARKER:
+            compiled = readers.get(data[2:HEADER_SIZE])  # None as well until ``decode`` has seen it
+            if compiled is not None and compiled.record is not None:
+                try:
+                    return cast(Record, compiled.record(data))
+                except _IRREGULAR:
+                    pass
+        return None
+
+    return read
+
+
 def decode_datum(data: bytes, catalog: Catalog | None = None) -> tuple[str, dict[str, Any]]:
     """(schema full name, datum under the current reader version) of the message ``data``."""
     catalog = catalog or default_catalog()

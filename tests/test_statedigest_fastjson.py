@@ -1,0 +1,59 @@
+"""The state digest's per-object hash from msgspec is the stdlib encoder's, byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strata.projector import statedigest
+from strata.projector.replay import replay_file
+from strata.schemas.objectjson import NumberLiteral
+
+CONFORMANCE = Path(__file__).with_name("conformance")
+
+
+def _stdlib_hash(name: str, key: Any, value: Any) -> int:
+    text = "".join(statedigest._ITERENCODE([name, key, value], 0))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
+
+
+@pytest.mark.parametrize("trace", sorted(CONFORMANCE.glob("*.jsonl")), ids=lambda p: p.stem)
+def test_every_object_of_a_conformance_fold_hashes_alike(trace: Path) -> None:
+    state, _ = replay_file(trace)
+    for name in statedigest.MAPS:
+        for key, value in getattr(state, name).items():
+            assert statedigest.object_hash(name, key, value) == _stdlib_hash(name, key, value), (name, key)
+
+
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**40), max_value=10**40)
+    | st.text()
+    | st.builds(NumberLiteral, st.sampled_from(["2.50", "1e3", "-0.0"])),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(st.text(max_size=6), children, max_size=4)
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=8), values)
+def test_generated_objects_hash_alike(key: str, value: Any) -> None:
+    assert statedigest.object_hash("tasks", key, value) == _stdlib_hash("tasks", key, value)
+
+
+def test_what_neither_encodes_is_refused_alike() -> None:
+    for hash_of in (statedigest.object_hash, _stdlib_hash):
+        with pytest.raises(UnicodeEncodeError):
+            hash_of("tasks", "k", {"a": "\ud800"})
+    with pytest.raises(TypeError):
+        statedigest.object_hash("tasks", "k", {"a": object()})
