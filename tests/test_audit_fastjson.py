@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from strata.projector import auditstore
-from strata.schemas.objectjson import NumberLiteral
+from tests.jsonvalues import LITERALS, json_values
 
 
 def test_every_character_is_escaped_alike() -> None:
@@ -18,15 +17,7 @@ def test_every_character_is_escaped_alike() -> None:
     assert auditstore._json({text: [text]}) == auditstore._SUMMARY({text: [text]})
 
 
-values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(10**40), max_value=10**40)
-    | st.text()
-    | st.builds(NumberLiteral, st.sampled_from(["2.50", "1e3", "-0.0", "1E+400"])),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
-    max_leaves=25,
-)
+values = json_values(LITERALS)
 
 
 @settings(max_examples=300, deadline=None)

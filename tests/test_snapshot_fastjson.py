@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from strata.projector import snapshot
 from strata.schemas.objectjson import NumberLiteral
+from tests.jsonvalues import json_values
 
 
 def test_every_character_is_escaped_alike() -> None:
@@ -17,11 +17,7 @@ def test_every_character_is_escaped_alike() -> None:
     assert snapshot._dumps([text, {text: text}]) == snapshot._dumps_stdlib([text, {text: text}])
 
 
-values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(10**40), max_value=10**40) | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
-    max_leaves=25,
-)
+values = json_values()
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from strata.projector import statedigest
 from strata.projector.replay import replay_file
-from strata.schemas.objectjson import NumberLiteral
+from tests.jsonvalues import LITERALS, json_values
 
 CONFORMANCE = Path(__file__).with_name("conformance")
 
@@ -30,19 +30,7 @@ def test_every_object_of_a_conformance_fold_hashes_alike(trace: Path) -> None:
             assert statedigest.object_hash(name, key, value) == _stdlib_hash(name, key, value), (name, key)
 
 
-values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(10**40), max_value=10**40)
-    | st.text()
-    | st.builds(NumberLiteral, st.sampled_from(["2.50", "1e3", "-0.0"])),
-    lambda children: (
-        st.lists(children, max_size=4)
-        | st.tuples(children, children)
-        | st.dictionaries(st.text(max_size=6), children, max_size=4)
-    ),
-    max_leaves=25,
-)
+values = json_values(LITERALS, tuples=True)
 
 
 @settings(max_examples=300, deadline=None)
