@@ -295,6 +295,9 @@ def main() -> None:
         f.update(longest_pause_ms=float(stopped.group(1)), longest_digest_ms=float(stopped.group(2)))
         f["project_audit_waits_s"] = float(stopped.group(3))
         f["audit_bytes_per_record"] = audit_bytes(db) / e
+        say("history")  # as a running projector leaves the index: current (else history catches it up first)
+        latencies = history_latency(env, sample_subjects(head, e))
+        f.update(history_max_s=max(latencies), history_median_s=sorted(latencies)[len(latencies) // 2])
         timed([STRATA, "ingest", "--from", str(tail)], env)
         say("pure fold from the broker")
         pure = timed(
@@ -307,9 +310,6 @@ def main() -> None:
         f.update(replica_sync_s=replica["sync_s"], replica_process_s=replica["process_to_sync_s"])
         f["replica_rss_mb"] = replica["rss_mb"]
         f["digests_equal"] = float(digest == pure.out.strip() == cold.out.strip() and replica["version"] == r)
-        say("history")
-        latencies = history_latency(env, sample_subjects(head, e))
-        f.update(history_max_s=max(latencies), history_median_s=sorted(latencies)[len(latencies) // 2])
         if args.load_seconds > 0:
             say(f"load: {args.rate} records/s for {args.load_seconds:g} s")
             state, _ = replay_file(trace)

@@ -22,7 +22,9 @@ QUEUE = ("scheduling.volcano.sh/v1beta1", "Queue")
 PRIORITY_CLASS = ("scheduling.k8s.io/v1", "PriorityClass")
 CSINODE = ("storage.k8s.io/v1", "CSINode")
 HYPERNODE = ("topology.volcano.sh/v1alpha1", "HyperNode")
-KINDS = frozenset({POD, NODE, PODGROUP, QUEUE, PRIORITY_CLASS, CSINODE, HYPERNODE})
+ORDER = (POD, NODE, PODGROUP, QUEUE, PRIORITY_CLASS, CSINODE, HYPERNODE)  # as ingest lists them
+KINDS = frozenset(ORDER)
+KIND_NAMES = tuple(kind for _, kind in ORDER)
 NAMESPACED = frozenset({POD, PODGROUP})
 
 GROUP_NAME = "scheduling.k8s.io/group-name"

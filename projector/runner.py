@@ -22,13 +22,13 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from strata.digests import DigestReporter
 from strata.health import Health
-from strata.kubeapi import RESOURCES
 from strata.log.cachelog import CacheLogReader, LogEntry, Publisher
 from strata.log.config import Settings
 from strata.log.metrics import FOLLOWING
 from strata.projector import audit, statecodec
 from strata.projector.auditstore import AuditIndex
 from strata.projector.checkpoint import CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.kinds import KIND_NAMES
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig
 from strata.projector.statedigest import SETTLE_EVERY
@@ -50,7 +50,7 @@ CHECK_ALWAYS_BELOW = 100 * TEND_EVERY
 # CHECKPOINT_REST times as long as the last one took, so checkpoints take at most a quarter of it
 # (a catch-up at 40k records/s would otherwise checkpoint back to back).
 CHECKPOINT_REST = 3.0
-ALL_KINDS = tuple(RESOURCES)  # what a follower waits to see SYNCED before it is ready, unless told fewer
+ALL_KINDS = KIND_NAMES  # what a follower waits to see SYNCED before it is ready, unless told fewer
 
 CHECKPOINTS = Counter("strata_checkpoints", "Checkpoints written by this projector.")
 CHECKPOINT_SECONDS = Histogram(

@@ -19,14 +19,14 @@ from types import MappingProxyType
 from prometheus_client import Counter, Histogram
 
 from strata.digests import DigestReporter
-from strata.kubeapi import RESOURCES, KubeApi
+from strata.kubeapi import KubeApi
 from strata.log.cachelog import CacheLogWriter
 from strata.log.config import Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import FOLLOWING
 from strata.projector.checkpoint import CheckpointStore
 from strata.projector.kinds import PodView
-from strata.projector.runner import LogRunner, sync_reason
+from strata.projector.runner import ALL_KINDS, LogRunner, sync_reason
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig, Outcome
 from strata.scheduler.event_recorder import ApiEventRecorder, job_status_event
@@ -35,7 +35,6 @@ from strata.scheduler.status_updater import StatusUpdater
 from strata.schemas import Bind, BindGroup, Evict, GroupBind
 
 LOG = logging.getLogger("strata.cache")
-ALL_KINDS = tuple(RESOURCES)
 BINDS = Counter("strata_cache_binds", "BINDs this replica published, by outcome", ["replica", "outcome"])
 SESSIONS = Histogram("strata_cache_session_seconds", "scheduling sessions (open to close)", ["replica"])
 

@@ -259,6 +259,15 @@ def test_synced_kinds_are_kept_and_survive_a_checkpoint():
     assert statecodec.decode(statecodec.encode(state)).synced == {"Pod", "Node"}
 
 
+def test_a_follower_waits_for_every_kind_ingest_lists_in_its_order():
+    from strata.kubeapi import RESOURCES
+    from strata.projector.kinds import KINDS
+    from strata.projector.runner import ALL_KINDS
+
+    assert tuple(RESOURCES) == ALL_KINDS
+    assert {(r.api_version, r.kind) for r in RESOURCES.values()} == KINDS
+
+
 def test_a_failure_that_names_its_bind_reverts_only_that_binds_overlay():
     state = CacheState()
     state.apply(_event("ADDED", NODE))
