@@ -29,6 +29,8 @@ from strata import __version__, archive_codec
 from strata.archive_manifest import (
     BASE,
     CHECKPOINT,
+    CODECS,
+    DEFAULT_RECORDS_PER_FILE,
     MANIFEST,
     FileEntry,
     Manifest,
@@ -49,8 +51,6 @@ from strata.projector.state import CacheState, FoldConfig
 from strata.schemas import LogRecord
 from strata.schemas.codec import HEADER_SIZE, MARKER
 
-CODECS = ("zstandard", "deflate")
-DEFAULT_RECORDS_PER_FILE = 100_000
 SCHEMA = fastavro.parse_schema(
     {
         "type": "record",

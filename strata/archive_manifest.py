@@ -21,6 +21,8 @@ FORMAT = 1
 MANIFEST = "manifest.json"
 CHECKPOINT = "state.zst"  # the fold state after the last exported offset (projector.statecodec)
 BASE = "base-state.zst"  # the fold state before the first offset, when an archive starts after 0
+CODECS = ("zstandard", "deflate")  # the Avro container codecs an archive is written with
+DEFAULT_RECORDS_PER_FILE = 100_000
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from strata.archive import CODECS, DEFAULT_RECORDS_PER_FILE
+from strata.archive_manifest import CODECS, DEFAULT_RECORDS_PER_FILE
 from strata.cliopts import fold_options, kafka_options
 from strata.log.config import Settings
 
