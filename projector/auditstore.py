@@ -26,7 +26,6 @@ bytes (blocks are upserted, postings inserted with "on conflict do nothing").
 from __future__ import annotations
 
 import bisect
-import functools
 import hashlib
 import json
 import sys
@@ -172,7 +171,7 @@ def encode_block(rows: Sequence[Row]) -> bytes:
     entry_subjects: list[int] = []
     entry_ptr = [0]
     lines: list[bytes] = []
-    last: dict[str, tuple[dict[str, str], dict[str, str] | None]] = {}  # first subject -> its last entry's texts
+    last: dict[str, _Last] = {}  # first subject -> its last entry
     for n, row in enumerate(rows):
         for subject in row.subjects:
             i = subject_ids.setdefault(subject, len(named))
@@ -205,59 +204,55 @@ def encode_block(rows: Sequence[Row]) -> bytes:
     return _COMPRESS(b"".join(packed + lines))
 
 
-def _delta(last: dict[str, tuple[dict[str, str], dict[str, str] | None]], key: str, summary: dict[str, Any]) -> str:
+# A subject's last entry in the block: its summary, and the JSON texts of those of its values that
+# are no string (by key; a pod's fields by field), made when a comparison first needed them.
+_Last = tuple[dict[str, Any], dict[str, str], dict[str, str]]
+
+
+def _delta(last: dict[str, _Last], key: str, summary: dict[str, Any]) -> str:
     """What to store of ``summary``: itself the first time ``key`` (the entry's first subject)
     appears in the block, else ``[changed, changed fields, gone]`` against the key's previous
     entry: the keys whose JSON text differs (a NumberLiteral and the string it is stored as are
     the same; 1 and true are not), those of a pod's ``fields`` too, and the keys no longer there.
-    Every value is encoded once, and the line is joined from those texts."""
-    # _text inlined: this runs for nearly every value the index stores
-    texts = {
-        k: _STRING(v) if type(v) is str else "null" if v is None else _json(v)
-        for k, v in summary.items()
-        if k != "fields"
-    }
-    fields = summary.get("fields")
-    field_texts = None
-    if type(fields) is dict:
-        field_texts = {
-            f: _STRING(v) if type(v) is str else "null" if v is None else _json(v) for f, v in fields.items()
-        }
-    if field_texts is not None:
-        texts["fields"] = _object(field_texts)
-    elif "fields" in summary:
-        texts["fields"] = _text(fields)
+
+    Two strings compare as themselves and None only to None (their texts differ exactly when
+    they do); any other value by its text, made once per entry. Most values of a summary are
+    strings that did not change, so most are never encoded."""
+    texts: dict[str, str] = {}
+    field_texts: dict[str, str] = {}
     before = last.get(key)
-    last[key] = (texts, field_texts)
+    last[key] = (summary, texts, field_texts)
     if before is None:
-        return _object(texts)
-    then, then_fields = before
-    changed = {k: t for k, t in texts.items() if k != "fields" and then.get(k) != t}
-    gone = _SUMMARY(sorted(k for k in then if k not in texts)) if then.keys() - texts.keys() else "[]"
-    if field_texts is not None and then_fields is not None and then_fields.keys() == field_texts.keys():
-        return f"[{_object(changed)},{_object({f: t for f, t in field_texts.items() if then_fields[f] != t})},{gone}]"
-    if "fields" in texts and then.get("fields") != texts["fields"]:
-        changed["fields"] = texts["fields"]
-    return f"[{_object(changed)},null,{gone}]"
+        return _json(summary)
+    then, then_texts, then_field_texts = before
+    changed = {
+        k: v
+        for k, v in summary.items()
+        if k != "fields" and (k not in then or not _same(then[k], v, k, then_texts, texts))
+    }
+    gone = _SUMMARY(sorted(then.keys() - summary.keys())) if then.keys() - summary.keys() else "[]"
+    fields, then_fields = summary.get("fields"), then.get("fields")
+    if type(fields) is dict and type(then_fields) is dict and then_fields.keys() == fields.keys():
+        moved = {f: v for f, v in fields.items() if not _same(then_fields[f], v, f, then_field_texts, field_texts)}
+        return f"[{_json(changed)},{_json(moved)},{gone}]"
+    if "fields" in summary and ("fields" not in then or not _same(then_fields, fields, "fields", then_texts, texts)):
+        changed["fields"] = fields
+    return f"[{_json(changed)},null,{gone}]"
 
 
-_STRING = json.encoder.encode_basestring  # a str as _SUMMARY writes it (not ASCII-escaped)
-
-
-def _text(value: Any) -> str:
-    if type(value) is str:
-        return _STRING(value)
-    return "null" if value is None else _json(value)
-
-
-@functools.cache
-def _key(name: str) -> str:  # a summary's or a pod's fields' keys: a few names, each encoded once
-    return _STRING(name)
-
-
-def _object(texts: dict[str, str]) -> str:
-    """The JSON object of these values' texts, as _SUMMARY writes it (keys sorted)."""
-    return "{" + ",".join([f"{_key(k)}:{texts[k]}" for k in sorted(texts)]) + "}"
+def _same(old: Any, new: Any, name: str, old_texts: dict[str, str], new_texts: dict[str, str]) -> bool:
+    """Whether two values have the same JSON text (``old_texts``/``new_texts`` keep the texts)."""
+    if type(new) is str and type(old) is str:
+        return new == old
+    if new is None or old is None:
+        return new is old
+    old_text = old_texts.get(name)
+    if old_text is None:
+        old_text = old_texts[name] = _json(old)
+    new_text = new_texts.get(name)
+    if new_text is None:
+        new_text = new_texts[name] = _json(new)
+    return old_text == new_text
 
 
 class Block:
