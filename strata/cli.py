@@ -7,6 +7,7 @@ STRATA_DEBUG=1 to see the traceback instead.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -637,5 +638,19 @@ for _command in (
 ):
     main.add_command(_command)
 
+
+def run() -> None:
+    """The `strata` command: ``main``, and an exit that skips the collector's last pass.
+
+    A command that folded the log ends holding millions of objects, which interpreter exit would
+    walk once more in a final collection (0.4-0.5 s at 150,000 pods) to free nothing the end of
+    the process does not free anyway; frozen, they are left out of it. Only the command's own
+    process does this: ``main`` run in-process (tests) keeps its collector as it was."""
+    try:
+        main()
+    finally:
+        gc.freeze()
+
+
 if __name__ == "__main__":
-    main()
+    run()
