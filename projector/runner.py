@@ -32,7 +32,7 @@ from strata.projector.kinds import KIND_NAMES
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig
 from strata.projector.statedigest import SETTLE_EVERY
-from strata.projector.writer import Job, Writer, write_checkpoint
+from strata.projector.writer import Job, Stored, Writer, write_checkpoint
 
 LOG = logging.getLogger("strata.projector")
 AUDIT_BATCH = 20_000  # entries handed to the writer at once when no checkpoint comes first
@@ -217,12 +217,15 @@ class SnapshotOnRequest:
 
 def _checkpoint_stored(infos: Sequence[CheckpointInfo]) -> None:
     """Export the newest checkpoint's version, size and age (none yet: age 0)."""
-    if not infos:
-        return
-    newest = max(infos, key=lambda i: i.version)
-    CHECKPOINT_BYTES.set(newest.size)
-    CHECKPOINT_VERSION.set(newest.version)
-    written = datetime.fromisoformat(newest.created_at).timestamp()
+    if infos:
+        newest = max(infos, key=lambda i: i.version)
+        _export_checkpoint(Stored(newest.version, newest.size, newest.created_at))
+
+
+def _export_checkpoint(stored: Stored) -> None:
+    CHECKPOINT_BYTES.set(stored.size)
+    CHECKPOINT_VERSION.set(stored.version)
+    written = datetime.fromisoformat(stored.created_at).timestamp()
     CHECKPOINT_AGE.set_function(lambda: max(0.0, time.time() - written))
 
 
@@ -346,7 +349,8 @@ class _Following:
                 self.progress.checkpoints += 1
                 CHECKPOINTS.inc()
                 CHECKPOINT_SECONDS.observe(now - job.started_at)
-                _checkpoint_stored(self.runner.store.list(self.runner.identity))
+                if job.stored is not None:
+                    _export_checkpoint(job.stored)
         else:
             self.pending[:0] = job.entries  # written again with the next batch; the checkpoint comes when due
 
