@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from itertools import accumulate, chain, pairwise
 from typing import Any, NamedTuple
 
-import msgspec
 import zstandard
 from sqlalchemy import BigInteger, ForeignKey, Integer, LargeBinary, String, Text, UniqueConstraint, select, update
 from sqlalchemy.engine import Connection, Engine
@@ -44,7 +43,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from strata.projector.audit import AuditEntry, describe
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.sqlstore import _INSERTS, Base
-from strata.schemas.objectjson import NumberLiteral
+from strata.schemas.objectjson import SortedJson, number_text
 
 BLOCK_RECORDS = 1024  # offsets per block: a node's history reads one block per record of it, so not more
 BATCH_ROWS = 5000  # rows per INSERT statement: SQLite limits the bound parameters of one statement
@@ -109,30 +108,11 @@ def subject_key(subject: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _number_text(value: object) -> str:
-    # A JSON number with a fraction or exponent ("cpu": 0.5, or any field of a bad record) loads
-    # as a NumberLiteral: the index shows it as its text, as written.
-    if isinstance(value, NumberLiteral):
-        return value.text
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-_SUMMARY = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_number_text).encode
-# _SUMMARY's bytes from msgspec's C encoder: the stdlib encoder builds its C encoder anew on
-# every call (about 3 us for a pod's annotations, 5 for its requests: a third of what the writer
-# spent per entry). The same text for what summaries hold (str keys, strings, ints, bools, null,
-# NumberLiterals as strings; no floats, which objectjson never loads and msgspec would spell
-# differently: 1e16, not 1e+16); anything msgspec refuses (a lone surrogate, a key that is no
-# string) is left to _SUMMARY. tests/test_audit_fastjson.py holds the two to the same text.
-_MSGSPEC = msgspec.json.Encoder(enc_hook=_number_text, order="sorted").encode
-
-
-def _json(value: Any) -> str:
-    """``_SUMMARY(value)``, sooner."""
-    try:
-        return _MSGSPEC(value).decode()
-    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
-        return _SUMMARY(value)
+# A summary's JSON (a NumberLiteral as its text, in a string). _json is the fast one;
+# tests/test_audit_fastjson.py holds it to _SUMMARY, character for character.
+_SUMMARY_JSON = SortedJson(number_text)
+_SUMMARY = _SUMMARY_JSON.stdlib
+_json = _SUMMARY_JSON.text
 
 
 _COMPRESS = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress

@@ -14,19 +14,17 @@ so finding what differs costs what changed.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring  # the C function json.dumps(ensure_ascii=False) uses
 from typing import Any, TypedDict
-
-import msgspec
 
 from strata.projector import kinds
 from strata.projector.cowmap import FrozenMap
 from strata.projector.hypernodes import hypernode_entries
 from strata.projector.resources import nonzero
 from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
+from strata.schemas.objectjson import SortedJson
 
 
 @dataclass(frozen=True, eq=False)
@@ -334,21 +332,11 @@ def canonical_bytes(value: Any) -> bytes:
     return _dumps(value).encode("utf-8")
 
 
-_dumps_stdlib = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
-# The same text from msgspec's C encoder, several times sooner (the stdlib encoder builds its C
-# encoder anew on every call, once per node and job): sorted keys, no spaces, UTF-8 not escaped,
-# the same escapes (tests/test_snapshot_fastjson.py compares every character). It differs only
-# in how it spells a float (1e16, not 1e+16), and a snapshot holds none: the fold's values are
-# strings, ints, bools and null. Anything it refuses (a lone surrogate, a key that is no string,
-# an object of no JSON type) is left to the stdlib encoder, which accepts or refuses it as before.
-_dumps_fast = msgspec.json.Encoder(order="sorted").encode
-
-
-def _dumps(value: Any) -> str:
-    try:
-        return _dumps_fast(value).decode("utf-8")
-    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
-        return _dumps_stdlib(value)
+# The canonical JSON (section 8): no NumberLiteral hook, a snapshot holds none.
+# tests/test_snapshot_fastjson.py holds _dumps to _dumps_stdlib, character for character.
+_CANONICAL = SortedJson()
+_dumps_stdlib = _CANONICAL.stdlib
+_dumps = _CANONICAL.text
 
 
 def _object(members: dict[str, str]) -> str:

@@ -14,12 +14,9 @@ other implementations of the fold.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from strata.schemas.objectjson import NumberLiteral
+from strata.schemas.objectjson import SortedJson, number_text
 
 if TYPE_CHECKING:
     from strata.projector.state import CacheState
@@ -44,37 +41,16 @@ SETTLE_EVERY = 1024
 SETTLE_BUDGET = 4096
 
 
-def _number_text(value: object) -> str:
-    if isinstance(value, NumberLiteral):
-        return value.text
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_number_text).encode
-# The C encoder that _ENCODE builds anew on each call, built once: a quarter of an object's hash.
-_MAKE = getattr(json.encoder, "c_make_encoder", None)
-if _MAKE is not None:
-    _ITERENCODE = _MAKE(None, _number_text, json.encoder.encode_basestring, None, ":", ",", True, False, False)
-else:  # an interpreter without the C accelerator
-    _ITERENCODE = lambda value, _level: _ENCODE(value)  # noqa: E731
-
-
-# The same bytes from msgspec's C encoder, in a third of the time (a follower hashes every object
-# the fold writes, so this is most of what the digest costs it): sorted keys, no spaces, UTF-8
-# unescaped, the same escapes; NamedTuples as arrays and a StrEnum as its string, as the stdlib
-# encoder writes them; a NumberLiteral as its text in a string (``_number_text``). It would spell
-# a float otherwise (1e16, not 1e+16), but the fold stores none. What it refuses (a lone
-# surrogate, a key that is no string) goes to the stdlib encoder. tests/test_statedigest_fastjson.py
-# compares the two over every object of a folded history.
-_FAST = msgspec.json.Encoder(enc_hook=_number_text, order="sorted").encode
+# An object's JSON: NamedTuples as arrays, a StrEnum as its string, a NumberLiteral as its text
+# in a string. tests/test_statedigest_fastjson.py compares the fast bytes with the stdlib's over
+# every object of a folded history.
+_OBJECT_JSON = SortedJson(number_text)
+_ENCODE = _OBJECT_JSON.stdlib
 
 
 def object_hash(name: str, key: Any, value: Any) -> int:
     """One stored object's share of the digest."""
-    try:
-        data = _FAST([name, key, value])
-    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
-        data = "".join(_ITERENCODE([name, key, value], 0)).encode()
+    data = _OBJECT_JSON.bytes([name, key, value])
     return int.from_bytes(hashlib.sha256(data).digest(), "big")
 
 

@@ -18,7 +18,7 @@ CONFORMANCE = Path(__file__).with_name("conformance")
 
 
 def _stdlib_hash(name: str, key: Any, value: Any) -> int:
-    text = "".join(statedigest._ITERENCODE([name, key, value], 0))
+    text = statedigest._ENCODE([name, key, value])
     return int.from_bytes(hashlib.sha256(text.encode()).digest(), "big")
 
 
