@@ -26,12 +26,25 @@ def _outcome(parse: Any, text: str | bytes) -> tuple[str, Any]:
 
 
 def _typed(value: Any) -> Any:
-    """The value with each leaf's type beside it (1 == True, but not for a fold)."""
-    if type(value) is dict:
-        return ("dict", [(k, _typed(v)) for k, v in value.items()])
-    if type(value) is list:
-        return ("list", [_typed(v) for v in value])
-    return (type(value).__name__, value.text if type(value) is NumberLiteral else value)
+    """The value with each leaf's type beside it (1 == True, but not for a fold), as a flat list.
+
+    Flat, by an explicit stack: recursing would take two frames a level, so a value of
+    ``MAX_DEPTH`` levels would hit the recursion limit here, not in the parser under test, and a
+    finalizer the collector runs at that depth would fail as an unraisable exception.
+    """
+    out: list[Any] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is dict:
+            out.append(("dict", list(v)))
+            stack.extend(reversed(list(v.values())))
+        elif type(v) is list:
+            out.append(("list", len(v)))
+            stack.extend(reversed(v))
+        else:
+            out.append((type(v).__name__, v.text if type(v) is NumberLiteral else v))
+    return out
 
 
 def _same(text: str | bytes) -> None:
