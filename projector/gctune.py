@@ -15,6 +15,14 @@ import gc
 
 FOLD_THRESHOLDS = (50_000, 20, 100)
 
+# What a follower of the log keeps lives on (the state's new objects; a projector's audit entries
+# until its writer takes them), so every FREEZE_EVERY records it is moved out of the collector's
+# passes, as a restored state is at once: the middle and full collections otherwise walk every
+# object folded since the last freeze, again and again. Reference counting still frees what
+# is frozen; only a reference cycle made between two freezes is never collected, and the fold
+# makes almost none (see above).
+FREEZE_EVERY = 65_536
+
 
 def tune_for_fold() -> None:
     """Set the thresholds for the rest of the process: call once, before a long fold (a replay,

@@ -28,6 +28,7 @@ from strata.log.metrics import FOLLOWING
 from strata.projector import audit, statecodec
 from strata.projector.auditstore import AuditIndex
 from strata.projector.checkpoint import CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.gctune import FREEZE_EVERY
 from strata.projector.kinds import KIND_NAMES
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig
@@ -273,6 +274,7 @@ class _Following:
         self.tend_mask = TEND_EVERY - 1 if every_records >= CHECK_ALWAYS_BELOW else 0
         self.writer = Writer(runner.store, audit_index, runner.identity)
         self.restored = state.version
+        self.frozen_at = state.version  # follow froze the restored state
         self.requested = state.version  # the version of the newest checkpoint handed to the writer
         self.requested_at = time.monotonic()
         self.rested_at = 0.0  # when the next checkpoint may start (CHECKPOINT_REST)
@@ -325,6 +327,9 @@ class _Following:
             if not self.writer.busy:
                 self._hand_over(checkpoint=due, now=now)
         state.hashes.tend(state)
+        if state.version - self.frozen_at >= FREEZE_EVERY:
+            gc.freeze()  # see gctune.FREEZE_EVERY
+            self.frozen_at = state.version
         if self.digests is not None and self.digests.due(state.version) and _ready(state):
             digest_started = time.perf_counter()
             self.digests.offer(state.version, state.state_digest())

@@ -29,6 +29,7 @@ from strata.log.cachelog import CacheLogReader, LogEntry
 from strata.log.errors import StrataError
 from strata.projector import audit
 from strata.projector.auditstore import AuditIndex
+from strata.projector.gctune import FREEZE_EVERY
 from strata.projector.runner import LogRunner
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState
@@ -54,8 +55,7 @@ _NOTHING: frozenset[str] = frozenset()
 # the interpreter for 3-4 s in the middle of a request. What the UI keeps lives on until the LRU
 # drops it (reference counting frees it then, frozen or not; the fold makes almost no cycles),
 # so it is frozen where it is made: after each fold toward a past version, and every
-# FREEZE_EVERY records of the live fold.
-FREEZE_EVERY = 65_536
+# FREEZE_EVERY records of the live fold (``gctune``).
 
 
 class NotReady(StrataError):
