@@ -9,6 +9,7 @@ import pytest
 
 from strata.kubeapi import KubeApi
 from tests.manifests import apply, load
+from tests.test_binder_support import eventually
 
 pytestmark = pytest.mark.kube
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy" / "rbac"
@@ -83,5 +84,12 @@ def test_each_component_gets_what_it_needs_and_nothing_else(kubeconfig: str, com
     (account,) = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
     user = f"system:serviceaccount:strata:{account}"
     needs, refused = COMPONENTS[component]
-    assert [a for a in needs if not allowed(api, user, *a)] == [], "needed but refused"
+
+    def granted() -> None:
+        assert [a for a in needs if not allowed(api, user, *a)] == [], "needed but refused"
+
+    # The API server's authorizer learns a new role and binding from its own watch, a moment after
+    # they are written (once seen here on the loaded machine): what is needed must be granted within
+    # seconds; what is not must then be refused, the role and binding being known by then.
+    eventually(granted, timeout_s=20.0)
     assert [a for a in [*refused, *NEVER] if allowed(api, user, *a)] == [], "granted but not needed"
