@@ -24,6 +24,13 @@ FOLD_THRESHOLDS = (50_000, 20, 100)
 FREEZE_EVERY = 65_536
 
 
+def freeze_kept(version: int) -> None:
+    """Call after a follower applies the record that brings it to ``version``: at every
+    FREEZE_EVERY-th version, what it holds leaves the collector's passes."""
+    if version % FREEZE_EVERY == 0:
+        gc.freeze()
+
+
 def tune_for_fold() -> None:
     """Set the thresholds for the rest of the process: call once, before a long fold (a replay,
     a projector catching up and following the log)."""

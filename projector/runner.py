@@ -28,7 +28,7 @@ from strata.log.metrics import FOLLOWING
 from strata.projector import audit, statecodec
 from strata.projector.auditstore import AuditIndex
 from strata.projector.checkpoint import CheckpointInfo, CheckpointStore, LogIdentity
-from strata.projector.gctune import FREEZE_EVERY
+from strata.projector.gctune import FREEZE_EVERY, freeze_kept
 from strata.projector.kinds import KIND_NAMES
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig
@@ -51,6 +51,7 @@ CHECK_ALWAYS_BELOW = 100 * TEND_EVERY
 # CHECKPOINT_REST times as long as the last one took, so checkpoints take at most a quarter of it
 # (a catch-up at 40k records/s would otherwise checkpoint back to back).
 CHECKPOINT_REST = 3.0
+assert FREEZE_EVERY % SETTLE_EVERY == 0, "tend's full pass must come at every version the follower freezes at"
 ALL_KINDS = KIND_NAMES  # what a follower waits to see SYNCED before it is ready, unless told fewer
 
 CHECKPOINTS = Counter("strata_checkpoints", "Checkpoints written by this projector.")
@@ -274,7 +275,6 @@ class _Following:
         self.tend_mask = TEND_EVERY - 1 if every_records >= CHECK_ALWAYS_BELOW else 0
         self.writer = Writer(runner.store, audit_index, runner.identity)
         self.restored = state.version
-        self.frozen_at = state.version  # follow froze the restored state
         self.requested = state.version  # the version of the newest checkpoint handed to the writer
         self.requested_at = time.monotonic()
         self.rested_at = 0.0  # when the next checkpoint may start (CHECKPOINT_REST)
@@ -327,9 +327,7 @@ class _Following:
             if not self.writer.busy:
                 self._hand_over(checkpoint=due, now=now)
         state.hashes.tend(state)
-        if state.version - self.frozen_at >= FREEZE_EVERY:
-            gc.freeze()  # see gctune.FREEZE_EVERY
-            self.frozen_at = state.version
+        freeze_kept(state.version)  # reached at every SETTLE_EVERY-th version, so at every FREEZE_EVERY-th
         if self.digests is not None and self.digests.due(state.version) and _ready(state):
             digest_started = time.perf_counter()
             self.digests.offer(state.version, state.state_digest())

@@ -63,7 +63,7 @@ class Source:
         """Count the live version's figures before the first page asks (a pass over every task:
         later versions advance from it)."""
         self.figures.of(self.timeline.live_snapshot(), self.timeline.written)
-        gc.freeze()  # they live on: see timeline.FREEZE_EVERY
+        gc.freeze()  # they live on: see gctune.FREEZE_EVERY
 
     def figures_of(self, snapshot: Snapshot) -> Figures:
         """The version's figures (tasks by status per job and queue, tasks by job and node),

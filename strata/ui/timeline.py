@@ -29,7 +29,7 @@ from strata.log.cachelog import CacheLogReader, LogEntry
 from strata.log.errors import StrataError
 from strata.projector import audit
 from strata.projector.auditstore import AuditIndex
-from strata.projector.gctune import FREEZE_EVERY
+from strata.projector.gctune import freeze_kept
 from strata.projector.runner import LogRunner
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState
@@ -55,7 +55,7 @@ _NOTHING: frozenset[str] = frozenset()
 # the interpreter for 3-4 s in the middle of a request. What the UI keeps lives on until the LRU
 # drops it (reference counting frees it then, frozen or not; the fold makes almost no cycles),
 # so it is frozen where it is made: after each fold toward a past version, and every
-# FREEZE_EVERY records of the live fold (``gctune``).
+# ``gctune.FREEZE_EVERY`` records of the live fold.
 
 
 class NotReady(StrataError):
@@ -170,8 +170,7 @@ class Timeline:
                 if state.version % (COARSE * self.anchor_every) == 0:
                     # the versions since the newest checkpoint need no restore: anchors of the live lineage
                     self._remember(("a", state.version), _Item(LIVE, fork(state)))
-                if state.version % FREEZE_EVERY == 0:
-                    gc.freeze()  # the live state's newer objects: see FREEZE_EVERY
+                freeze_kept(state.version)  # the live state's newer objects
             self._changed.notify_all()
         if writes is not None:
             writes.add(audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object))
