@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -88,10 +89,25 @@ def postgres_database(postgres_url: str) -> Iterator[str]:
         with admin.connect() as conn:
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         yield server.set(database=name).render_as_string(hide_password=False)
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _drop(admin, name)
     finally:
         admin.dispose()
+
+
+def _drop(admin: Any, name: str) -> None:
+    """DROP DATABASE ... WITH (FORCE), asked again while it fails: an autovacuum worker that has
+    just started on the new database belongs to the superuser, whom the test's role may not stop."""
+    from sqlalchemy.exc import ProgrammingError
+
+    for attempt in range(20):
+        try:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except ProgrammingError:
+            if attempt == 19:
+                raise
+            time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")

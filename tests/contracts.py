@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -52,6 +53,8 @@ class CheckpointStoreContract:
                 store.forked()
                 store.save(checkpoint(2))
                 code = 0
+            except BaseException:
+                traceback.print_exc()  # the child's reason, in the test's captured output
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)

@@ -480,6 +480,8 @@ class LocalPod:
         try:
             return self.process.wait(timeout_s)
         except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGQUIT)  # every thread's stack into its output (strata.cli.run)
+            time.sleep(2)
             self.process.kill()
             return self.process.wait()
 
