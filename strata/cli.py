@@ -7,10 +7,12 @@ STRATA_DEBUG=1 to see the traceback instead.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import gc
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -491,7 +493,8 @@ def project(
         if target is not None and p.version >= target:
             stop.set()
 
-    if target is not None and runner.restore().version >= target:
+    newest = max((info.version for info in runner.store.list(runner.identity)), default=0)
+    if target is not None and newest >= target:  # nothing to fold (asked without restoring the state)
         stop.set()
     state = runner.follow(
         stop,
@@ -645,7 +648,11 @@ def run() -> None:
     A command that folded the log ends holding millions of objects, which interpreter exit would
     walk once more in a final collection (0.4-0.5 s at 150,000 pods) to free nothing the end of
     the process does not free anyway; frozen, they are left out of it. Only the command's own
-    process does this: ``main`` run in-process (tests) keeps its collector as it was."""
+    process does this: ``main`` run in-process (tests) keeps its collector as it was.
+
+    SIGQUIT prints every thread's stack to stderr and the command goes on, as the JVM's thread
+    dump does: what a process that will not stop is waiting for, before it is killed."""
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
     try:
         main()
     finally:
