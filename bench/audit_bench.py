@@ -4,15 +4,16 @@
     .venv/bin/python bench/audit_bench.py [--nodes 3000] [--pods 90000] [--samples 20] [--repeats 3] [--project]
 
 Generates a synthetic history (`strata gen`, about a million records at the defaults) and replays
-it offline, the way `strata project` folds the log: per record ``audit.context`` before the
-record and ``audit.entry`` after it, in the fold's thread. It measures
+it offline, the way `strata project` folds the log: per record ``audit.context`` before a
+scheduler record, ``audit.subjects`` and the feed's ``Packer.add`` after every record, in the
+fold's thread, with a frame sealed at every block's end. It measures
 
-- the fold's own cost per record, and what ``context`` + ``entry`` add to it (µs per record, timed
-  around the calls, less the clock's own cost; the better of ``--repeats`` runs: two cores are
-  shared, the minimum is the least disturbed);
-- ``AuditIndex.write`` in flushes of ``--flush`` entries (records per second of the writer's CPU
-  and of wall time, with the garbage collector off as in the projector's forked writer), into
-  SQLite and, when ``STRATA_PG_URL`` is set, PostgreSQL;
+- the fold's own cost per record, and what ``context`` + ``subjects`` + ``add`` + ``seal`` add to
+  it (µs per record, timed around the calls, less the clock's own cost; the better of
+  ``--repeats`` runs: two cores are shared, the minimum is the least disturbed);
+- the audit writer's work on those frames in batches of ``--flush`` records: reading them and
+  ``AuditIndex.write`` (records per second of the writer's CPU and of wall time), into SQLite
+  and, when ``STRATA_PG_URL`` is set, PostgreSQL;
 - bytes per record: the growth of the database over an empty one (SQLite after VACUUM; for
   PostgreSQL ``pg_total_relation_size`` of the audit tables), divided by the records indexed;
 - ``strata history pod|job|node`` on sampled subjects (the query behind the command: p50 and max).
@@ -47,11 +48,13 @@ from strata.faults.common import STRATA, env_for
 from strata.history import history
 from strata.ingest.trace import parse_line, split_lines
 from strata.projector import audit
-from strata.projector.auditstore import AuditIndex
+from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records
+from strata.projector.auditwriter import Packer, read_frame
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.kinds import GROUP_NAME
 from strata.projector.sqlstore import SqlCheckpointStore, normalize_url
 from strata.projector.state import CacheState
+from strata.schemas import WatchEvent, encode
 from strata.schemas.records import LogRecord
 
 LOG = LogIdentity("bench-cache-log", "bench-cluster", "bench-fold")
@@ -64,7 +67,7 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=90000)
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--flush", type=int, default=20_000, help="entries per AuditIndex.write")
+    parser.add_argument("--flush", type=int, default=32 * 1024, help="records per write of the writer")
     parser.add_argument("--trace", type=Path, help="an existing trace instead of generating one")
     parser.add_argument("--project", action="store_true", help="also time `strata project` through Kafka")
     args = parser.parse_args()
@@ -76,7 +79,7 @@ def main() -> None:
             subprocess.run(gen, check=True, stdout=subprocess.DEVNULL)
         records = [parse_line(line, "bench") for _, line in split_lines(trace.read_bytes())]
         out["records"] = len(records)
-        entries = _fold(records, args.repeats, out)
+        frames = _fold(records, args.repeats, out)
         del records
         names = _subjects(trace)
         databases = [("sqlite", f"sqlite:///{tmp}/audit.db")]
@@ -84,7 +87,7 @@ def main() -> None:
             databases.append(("postgres", ""))
         for label, url in databases:
             with _database(label, url) as db_url:
-                out[label] = _store(db_url, label, entries, args)
+                out[label] = _store(db_url, label, frames, args)
                 out[label]["history"] = _histories(db_url, names, args.samples)
             _progress(out)
         if args.project:
@@ -96,34 +99,39 @@ def _progress(out: dict[str, Any]) -> None:
     print(json.dumps(out), file=sys.stderr)
 
 
-def _fold(records: Sequence[LogRecord], repeats: int, out: dict[str, Any]) -> list[audit.AuditEntry]:
+def _fold(records: Sequence[LogRecord], repeats: int, out: dict[str, Any]) -> list[bytes]:
     """Fold with the audit's per-record calls, timing the calls themselves: the better of ``repeats``."""
     runs = []
-    entries: list[audit.AuditEntry] = []
+    frames: list[bytes] = []
+    values = [encode(r) for r in records]  # the messages as the log holds them
     for _ in range(repeats):
-        entries = []
-        runs.append(_timed_fold(records, entries))
+        frames = []
+        runs.append(_timed_fold(records, values, frames))
         _progress({"fold_s": runs[-1][0], "audit_calls_s": runs[-1][1]})
     n = len(records)
     out["fold_us_per_record"] = round(min(f for f, _ in runs) / n * 1e6, 2)
     out["audit_entry_us_per_record"] = round(min(a for _, a in runs) / n * 1e6, 2)
     out["audit_entry_us_per_record_runs"] = [round(a / n * 1e6, 2) for _, a in runs]
-    return entries
+    out["frame_bytes_per_record"] = round(sum(map(len, frames)) / n, 1)
+    return frames
 
 
-def _timed_fold(records: Sequence[LogRecord], entries: list[audit.AuditEntry]) -> tuple[float, float]:
-    """Seconds in ``apply_at``, and in ``context`` + ``entry`` (less the clock's own cost)."""
+def _timed_fold(records: Sequence[LogRecord], values: Sequence[bytes], frames: list[bytes]) -> tuple[float, float]:
+    """Seconds in ``apply_at``, and in ``context`` + ``add`` + ``seal`` (less the clock's own cost)."""
     state = CacheState()
-    keep, context, entry, clock = entries.append, audit.context, audit.entry, time.perf_counter
+    packer = Packer()
+    context, add, clock = audit.context, packer.add, time.perf_counter
     gc.collect()
     folding = auditing = 0.0
     for offset, record in enumerate(records):
         t0 = clock()
-        ctx = context(state, record)
+        ctx = None if type(record) is WatchEvent else context(state, record)
         t1 = clock()
         outcome = state.apply_at(offset, record)
         t2 = clock()
-        keep(entry(offset, TIME_MS + offset, record, outcome, ctx, state.last_object))
+        add(offset, TIME_MS + offset, values[offset], outcome, ctx, audit.subjects(record, ctx, state.last_object))
+        if (offset + 1) % BLOCK_RECORDS == 0 or offset + 1 == len(records):
+            frames.append(packer.seal(offset + 1, urgent=False))
         t3 = clock()
         auditing += (t1 - t0) + (t3 - t2)
         folding += t2 - t1
@@ -165,32 +173,35 @@ def _database(label: str, url: str) -> Iterator[str]:
         admin.dispose()
 
 
-def _store(url: str, label: str, entries: Sequence[audit.AuditEntry], args: argparse.Namespace) -> dict[str, Any]:
-    """Write the entries in flushes (one core, as the projector's writer), then measure the growth."""
+def _store(url: str, label: str, frames: Sequence[bytes], args: argparse.Namespace) -> dict[str, Any]:
+    """The writer's work on the frames, in batches of ``--flush`` records (one core, as the
+    projector's writer process), then the database's growth."""
     store = SqlCheckpointStore(url)
     index = AuditIndex(store.engine)
     empty = _audit_bytes(store, label, url)
     seconds = []
-    gc.disable()  # as in the projector's forked writer: a short life, collecting would only copy pages
-    for i in range(0, len(entries), args.flush):
-        chunk = entries[i : i + args.flush]
+    batch = max(1, args.flush // BLOCK_RECORDS)
+    n = 0
+    for i in range(0, len(frames), batch):
         started = time.process_time()  # the writer's CPU: the database's own work is another process
         wall = time.perf_counter()
-        index.write(LOG, chunk, chunk[-1].offset + 1)
+        decoded = [read_frame(f[4:]) for f in frames[i : i + batch]]
+        records = Records.joined([frame.records for frame in decoded])
+        index.write(LOG, records, decoded[-1].upto)
         seconds.append((time.process_time() - started, time.perf_counter() - wall))
-    gc.enable()
+        n += len(records)
     again = time.perf_counter()
-    index.write(LOG, entries[: args.flush], args.flush)  # a restart rewrites a flush: harmless
+    first = read_frame(frames[0][4:])
+    index.write(LOG, first.records, first.upto)  # a restart rewrites a frame: harmless
     rewrite_s = time.perf_counter() - again
     grown = _audit_bytes(store, label, url) - empty
     store.close()
-    n = len(entries)
     return {
         "bytes_per_record": round(grown / n, 1),
         "audit_mb": round(grown / 2**20, 1),
         "write_records_per_s_cpu": round(n / sum(s for s, _ in seconds)),
         "write_records_per_s_wall": round(n / sum(w for _, w in seconds)),
-        "rewrite_flush_s": round(rewrite_s, 2),
+        "rewrite_frame_s": round(rewrite_s, 2),
     }
 
 

@@ -6,12 +6,12 @@ incident), and its subjects, the keys under which a history finds it:
 
     pod:NS/NAME   uid:UID   job:NS/PODGROUP   node:NAME   queue:NAME   priorityclass:NAME   hypernode:NAME
 
-The work is split by who pays for it. In the fold's thread, per record, ``context`` (before the
-record is applied) and ``entry`` (after) only keep what the derivation needs: the record, the
-fold's outcome, what the state knew of a scheduler record's pod (a BIND_FAILED's node is gone
-afterwards), and a pod's shown fields (picked now, so the parsed object, ten times their size, is
-not kept until the index is written). ``describe`` builds the strings and summaries from that; the
-index writer calls it, in a process of its own, off the fold's path.
+The work is split by who pays for it. The fold's thread keeps, per record, references it holds
+already (``Kept``: the message as the log holds it, its offset and stamp, the fold's outcome, and
+for a scheduler record what the state knew of its pod just before, ``context``: a BIND_FAILED's
+node is gone afterwards) and the record's subjects (``subjects``: a few strings, from the object
+the fold parsed). The index's writer process stores them; a reader derives the rest
+(``described``, then ``describe``) for the few records it shows.
 """
 
 from __future__ import annotations
@@ -31,11 +31,14 @@ from strata.schemas import (
     EvictSucceeded,
     Synced,
     WatchEvent,
+    decode,
+    objectjson,
 )
 from strata.schemas.records import LogRecord
 
 # the records a scheduler writes: each names its pod by uid
 SchedulerRecord = Bind | BindFailed | Evict | EvictFailed | BindSucceeded | EvictSucceeded
+_SCHEDULER_RECORDS = frozenset((Bind, BindFailed, Evict, EvictFailed, BindSucceeded, EvictSucceeded))
 
 # fields of a pod that a history shows as they change
 POD_FIELDS = ("phase", "nodeName", "deletionTimestamp", "annotations", "requests")
@@ -71,6 +74,22 @@ class Described(NamedTuple):
     summary: dict[str, Any]
 
 
+Context = PodContext | tuple[PodContext, ...] | None  # a BIND_GROUP's: one per bind
+
+
+class Kept(NamedTuple):
+    """A record as the audit index keeps it: references the fold's thread holds already.
+
+    ``value`` is the record's Avro single-object encoding, as the log holds it (a bad message's
+    ``BadRecord``, encoded); ``outcome`` and ``context`` are what only the fold knew."""
+
+    offset: int
+    time_ms: int
+    value: bytes
+    outcome: Outcome
+    context: Context
+
+
 class AuditEntry(NamedTuple):
     """One record as the fold saw it; ``describe`` (or the properties) says what it did."""
 
@@ -78,7 +97,7 @@ class AuditEntry(NamedTuple):
     time_ms: int
     record: LogRecord
     outcome: Outcome
-    context: PodContext | tuple[PodContext, ...] | None  # a BIND_GROUP's: one per bind
+    context: Context
     fields: dict[str, Any] | None  # a pod's watch event: ``pod_fields`` of its object
 
     @property
@@ -117,18 +136,51 @@ def _pod_context(state: CacheState, uid: str) -> PodContext:
 _UNKNOWN_POD = PodContext(None, None, None, "")
 
 
-def entry(
-    offset: int,
-    time_ms: int,
-    record: LogRecord,
-    outcome: Outcome,
-    ctx: PodContext | tuple[PodContext, ...] | None,
-    obj: Any,
-) -> AuditEntry:
-    """Call after ``state.apply(record)``; ``obj`` is ``state.last_object`` for a watch event."""
-    if type(record) is WatchEvent and record.kind == "Pod":
-        return AuditEntry(offset, time_ms, record, outcome, ctx, pod_fields(obj))
-    return AuditEntry(offset, time_ms, record, outcome, ctx, None)
+def described(kept: Kept) -> AuditEntry:
+    """The entry of a kept record: its record decoded and a pod's shown fields parsed again from
+    the same bytes the fold parsed (``objectjson.loads``, which never depends on the reader)."""
+    record = decode(kept.value)
+    assert isinstance(record, LogRecord), f"offset {kept.offset}: a {type(record).__name__} is no log record"
+    return AuditEntry(kept.offset, kept.time_ms, record, kept.outcome, kept.context, _fields(record))
+
+
+def _fields(record: LogRecord) -> dict[str, Any] | None:
+    if type(record) is not WatchEvent or record.kind != "Pod":
+        return None
+    try:
+        obj = objectjson.loads(record.object)
+    except ValueError:
+        obj = None  # the fold found it bad: no fields, as its ``last_object`` was None
+    return pod_fields(obj)
+
+
+def subjects(record: LogRecord, context: Context, obj: Any) -> tuple[str, ...]:
+    """The keys a history finds the record under (``describe``'s subjects), from what the fold
+    holds right after applying it: the record, the pod context taken before, and the object it
+    parsed (``state.last_object``). The fold's thread asks it of every record, so it builds no
+    summary: a few strings a record."""
+    kind = type(record)
+    if kind is WatchEvent:
+        assert isinstance(record, WatchEvent)
+        if record.kind != "Pod":
+            return _object_subjects(record)
+        return _pod_subjects(record, *_pod_refs(obj))
+    if kind in _SCHEDULER_RECORDS:
+        return _scheduler_subjects(record, context if isinstance(context, PodContext) else None)  # type: ignore[arg-type]
+    if kind is BindGroup:
+        assert isinstance(record, BindGroup)
+        return _group_subjects(record, () if context is None or isinstance(context, PodContext) else context)
+    return ()
+
+
+def _pod_refs(obj: Any) -> tuple[object, object]:
+    """A pod object's group annotation and node name, as ``pod_fields`` and ``_group_of`` read them."""
+    if type(obj) is not dict:
+        return None, None
+    meta, spec = obj.get("metadata"), obj.get("spec")
+    annotations = (meta.get("annotations") or _EMPTY) if type(meta) is dict else _EMPTY
+    group = annotations.get(GROUP_NAME) if isinstance(annotations, dict) else None
+    return group, spec.get("nodeName") if type(spec) is dict else None
 
 
 def describe(e: AuditEntry) -> Described:
@@ -149,17 +201,11 @@ def describe(e: AuditEntry) -> Described:
 def _group(record: BindGroup, outcome: Outcome, contexts: tuple[PodContext, ...]) -> Described:
     """A BIND_GROUP names every pod, job and node of its binds; its verdict is the group's."""
     binds: list[dict[str, Any]] = []
-    subjects: dict[str, None] = {}  # ordered, without repeats
     for i, bind in enumerate(record.binds):
         ctx = contexts[i] if i < len(contexts) else _UNKNOWN_POD
         shown: dict[str, Any] = {"pod": bind.pod, "node": bind.node}
-        subjects[f"uid:{bind.pod}"] = None
         if ctx.name is not None:
             shown.update(namespace=ctx.namespace, name=ctx.name)
-            subjects[f"pod:{ctx.namespace}/{ctx.name}"] = None
-        if ctx.job:
-            subjects[f"job:{ctx.job}"] = None
-        subjects[f"node:{bind.node}"] = None
         if bind.extensions:
             shown["extensions"] = dict(bind.extensions)
         binds.append(shown)
@@ -168,7 +214,20 @@ def _group(record: BindGroup, outcome: Outcome, contexts: tuple[PodContext, ...]
         summary["replica"] = record.replica
     if outcome.result in ("rejected", "bad"):
         summary["reason"] = outcome.reason
-    return Described("BIND_GROUP", tuple(subjects), summary)
+    return Described("BIND_GROUP", _group_subjects(record, contexts), summary)
+
+
+def _group_subjects(record: BindGroup, contexts: tuple[PodContext, ...]) -> tuple[str, ...]:
+    found: dict[str, None] = {}  # ordered, without repeats
+    for i, bind in enumerate(record.binds):
+        ctx = contexts[i] if i < len(contexts) else _UNKNOWN_POD
+        found[f"uid:{bind.pod}"] = None
+        if ctx.name is not None:
+            found[f"pod:{ctx.namespace}/{ctx.name}"] = None
+        if ctx.job:
+            found[f"job:{ctx.job}"] = None
+        found[f"node:{bind.node}"] = None
+    return tuple(found)
 
 
 def _watch(record: WatchEvent, outcome: Outcome, fields: dict[str, Any] | None) -> Described:
@@ -187,23 +246,35 @@ def _watch(record: WatchEvent, outcome: Outcome, fields: dict[str, Any] | None) 
             summary[key] = value
     if outcome.reason:
         summary["reason"] = outcome.reason
-    subjects: list[str] = []
-    if fields is not None:
-        # the pod's own subject first: the index keys a pod's consecutive versions by it
-        subjects.append(f"pod:{record.namespace}/{record.name}")
-        if record.uid:
-            subjects.append(f"uid:{record.uid}")
-        summary["fields"] = fields
-        annotations = fields.get("annotations")  # any JSON type in a bad record
-        group = annotations.get(GROUP_NAME) if isinstance(annotations, dict) else None
-        if isinstance(group, str) and group:
-            subjects.append(f"job:{record.namespace}/{group}")
-        if isinstance(fields.get("nodeName"), str) and fields["nodeName"]:
-            subjects.append(f"node:{fields['nodeName']}")
-    elif record.kind in _SUBJECT_OF_KIND:
-        name = f"{record.namespace}/{record.name}" if record.kind == "PodGroup" else record.name
-        subjects.append(f"{_SUBJECT_OF_KIND[record.kind]}:{name}")
-    return Described(record.op, tuple(subjects), summary)
+    if fields is None:
+        return Described(record.op, _object_subjects(record), summary)
+    summary["fields"] = fields
+    return Described(record.op, _pod_subjects(record, _group_of(fields), fields.get("nodeName")), summary)
+
+
+def _pod_subjects(record: WatchEvent, group: object, node: object) -> tuple[str, ...]:
+    # the pod's own subject first: the index keys a pod's consecutive versions by it
+    found = [f"pod:{record.namespace}/{record.name}"]
+    if record.uid:
+        found.append(f"uid:{record.uid}")
+    if isinstance(group, str) and group:
+        found.append(f"job:{record.namespace}/{group}")
+    if isinstance(node, str) and node:
+        found.append(f"node:{node}")
+    return tuple(found)
+
+
+def _group_of(fields: dict[str, Any]) -> object:
+    annotations = fields.get("annotations")  # any JSON type in a bad record
+    return annotations.get(GROUP_NAME) if isinstance(annotations, dict) else None
+
+
+def _object_subjects(record: WatchEvent) -> tuple[str, ...]:
+    """The subject of a watch event of any kind but a pod (none for a kind no history covers)."""
+    if record.kind not in _SUBJECT_OF_KIND:
+        return ()
+    name = f"{record.namespace}/{record.name}" if record.kind == "PodGroup" else record.name
+    return (f"{_SUBJECT_OF_KIND[record.kind]}:{name}",)
 
 
 def pod_fields(obj: Any) -> dict[str, Any]:
@@ -247,22 +318,12 @@ _CONTAINER_GROUPS = ("initContainers", "containers")
 
 def _scheduler(record: SchedulerRecord, outcome: Outcome, ctx: PodContext | None) -> Described:
     kind = record.TYPE
-    uid = record.pod
-    summary: dict[str, Any] = {"pod": uid}
-    subjects = [f"uid:{uid}"]
-    node = ""
-    if isinstance(record, (Bind, BindSucceeded)):
-        node = record.node
-    elif ctx is not None:
-        node = ctx.node
+    summary: dict[str, Any] = {"pod": record.pod}
     if ctx is not None and ctx.name is not None:
         summary.update(namespace=ctx.namespace, name=ctx.name)
-        subjects.append(f"pod:{ctx.namespace}/{ctx.name}")
-    if ctx is not None and ctx.job:
-        subjects.append(f"job:{ctx.job}")
+    node = _node_of(record, ctx)
     if node:
         summary["node"] = node
-        subjects.append(f"node:{node}")
     replica = getattr(record, "replica", None)
     if replica:
         summary["replica"] = replica
@@ -277,4 +338,22 @@ def _scheduler(record: SchedulerRecord, outcome: Outcome, ctx: PodContext | None
             summary["reason"] = outcome.reason
     elif isinstance(record, (EvictSucceeded, BindSucceeded, BindFailed, EvictFailed, Evict)):
         summary["outcome"] = outcome.result
-    return Described(kind, tuple(subjects), summary)
+    return Described(kind, _scheduler_subjects(record, ctx), summary)
+
+
+def _node_of(record: SchedulerRecord, ctx: PodContext | None) -> str:
+    if isinstance(record, (Bind, BindSucceeded)):
+        return record.node
+    return ctx.node if ctx is not None else ""
+
+
+def _scheduler_subjects(record: SchedulerRecord, ctx: PodContext | None) -> tuple[str, ...]:
+    found = [f"uid:{record.pod}"]
+    if ctx is not None and ctx.name is not None:
+        found.append(f"pod:{ctx.namespace}/{ctx.name}")
+    if ctx is not None and ctx.job:
+        found.append(f"job:{ctx.job}")
+    node = _node_of(record, ctx)
+    if node:
+        found.append(f"node:{node}")
+    return tuple(found)

@@ -1,19 +1,20 @@
 """The audit index in SQL, beside the checkpoints (same database, same migrations).
 
-``strata project`` writes it as it folds (in the forked writer, off the fold's path); ``strata
-history`` and ``strata story`` read it (after bringing it up to the log's end the same way, when
-it lags), so a subject's history on a long log is an index lookup and a few blocks decompressed,
-not a scan of the log.
+``strata project`` writes it as it folds (by a writer process of its own, ``auditwriter``, off
+the fold's path); ``strata history`` and ``strata story`` read it (after bringing it up to the
+log's end the same way, when it lags), so a subject's history on a long log is an index lookup
+and a few blocks decompressed, not a scan of the log.
 
-Storage, about 50 bytes a record in SQLite and 140 in PostgreSQL (a summary row and a row per
-subject took 870 and 1,300):
+Storage, about 40 bytes a record (a summary row and a row per subject took 870 and 1,300):
 
-- ``audit_blocks``: the entries of ``BLOCK_RECORDS`` consecutive offsets (offsets k*N .. k*N+N-1),
-  one zstd-compressed row. Blocks sit at fixed offsets, so what is stored depends only on the
-  records, never on when the projector flushed: a write that ends inside a block stores it
-  partly, and the next write decodes that part and stores the block whole. An entry holds only
-  what changed since the previous entry of its first subject (a pod's, a uid's) *in the same
-  block*, the first one whole, so a block decodes on its own.
+- ``audit_blocks``: the records of ``BLOCK_RECORDS`` consecutive offsets (offsets k*N .. k*N+N-1),
+  one zstd-compressed row: each message as the log holds it, with the fold's outcome and pod
+  context (``audit.Kept``), and the subjects each names. A record's summary is derived when it
+  is read (``audit.described``, ``audit.describe``), so storing costs the writer a decode and a
+  light parse a record, and what zstd keeps of a pod's next version is what changed in it.
+  Blocks sit at fixed offsets, so what is stored depends only on the records, never on when the
+  projector flushed: a write that ends inside a block stores it partly, and the next write
+  decodes that part and stores the block whole.
 - ``audit_postings``: (subject, block) for every subject an entry of the block names. A subject is
   stored as a 64-bit hash: no table of names to look up or grow, and a collision only makes a
   reader decompress a block it then filters out (entries keep their subjects' names).
@@ -26,6 +27,7 @@ bytes (blocks are upserted, postings inserted with "on conflict do nothing").
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 import sys
@@ -35,20 +37,22 @@ from dataclasses import dataclass
 from itertools import accumulate, chain, pairwise
 from typing import Any, NamedTuple
 
+import msgspec
 import zstandard
 from sqlalchemy import BigInteger, ForeignKey, Integer, LargeBinary, String, Text, UniqueConstraint, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Mapped, mapped_column
 
-from strata.projector.audit import AuditEntry, describe
+from strata.projector.audit import Context, Kept, PodContext, describe, described
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.sqlstore import _INSERTS, Base
+from strata.projector.state import Outcome
 from strata.schemas.objectjson import SortedJson, number_text
 
 BLOCK_RECORDS = 1024  # offsets per block: a node's history reads one block per record of it, so not more
 BATCH_ROWS = 5000  # rows per INSERT statement: SQLite limits the bound parameters of one statement
 SQLITE_CACHE_KIB = 64 * 1024  # the writer's page cache
-ZSTD_LEVEL = 3  # higher levels save a few percent and cost the writer twice the time
+ZSTD_LEVEL = 1  # 3 saves 2 % of the bytes for a third more of the writer's time
 
 
 class AuditLogRow(Base):
@@ -93,7 +97,7 @@ class AuditRow:
 
 
 class Row(NamedTuple):
-    """An entry as a block stores it: ``describe``'s result at an offset and time."""
+    """An entry as a history shows it: ``describe``'s result at an offset and time."""
 
     offset: int
     time_ms: int
@@ -102,6 +106,130 @@ class Row(NamedTuple):
     summary: dict[str, Any]
 
 
+class Records(msgspec.Struct, array_like=True):
+    """Consecutive records as the index stores them, column by column: a writer's frame, or a
+    stored block read back (a block's bytes are these, MessagePack, zstd-compressed).
+
+    Per record the writer does no work of its own in Python: the columns are arrays, bytes and
+    lists that MessagePack, zstd and SQLite handle whole. ``values`` holds the messages one after
+    another (``sizes``); ``exceptions`` names the records whose outcome is not a plain "applied"
+    or that carry a pod context, by their index here."""
+
+    first: int  # the offset of the first; the others follow it without a gap
+    stamps: bytes  # array("q"): each record's time_ms
+    sizes: bytes  # array("I"): each message's bytes in ``values``
+    values: bytes
+    subjects: list[list[str]]
+    exceptions: list[tuple[int, str, str, Any]]  # (index, result, reason, plain context)
+
+    def __len__(self) -> int:
+        return len(self.sizes) // 4
+
+    @property
+    def end(self) -> int:
+        return self.first + len(self)
+
+    @classmethod
+    def empty(cls, first: int) -> Records:
+        return cls(first, b"", b"", b"", [], [])
+
+    @classmethod
+    def of(cls, kept: Sequence[Kept], subjects: Sequence[Sequence[str]]) -> Records:
+        """Records from ``Kept`` ones (consecutive) and their subjects."""
+        exceptions = [
+            (i, k.outcome.result, k.outcome.reason, plain_context(k.context))
+            for i, k in enumerate(kept)
+            if k.context is not None or k.outcome != APPLIED
+        ]
+        return cls(
+            kept[0].offset if kept else 0,
+            array("q", [k.time_ms for k in kept]).tobytes(),
+            array("I", [len(k.value) for k in kept]).tobytes(),
+            b"".join(k.value for k in kept),
+            [list(s) for s in subjects],
+            exceptions,
+        )
+
+    def column(self, name: str) -> array[int]:
+        values = array("q" if name == "stamps" else "I")
+        values.frombytes(getattr(self, name))
+        return values
+
+    def part(self, low: int, high: int) -> Records:
+        """The records at offsets in [low, high)."""
+        i, j = min(max(low - self.first, 0), len(self)), min(max(high - self.first, 0), len(self))
+        if (i, j) == (0, len(self)):
+            return self
+        sizes = self.column("sizes")
+        start = sum(sizes[:i])
+        end = start + sum(sizes[i:j])
+        return Records(
+            self.first + i,
+            self.stamps[8 * i : 8 * j],
+            self.sizes[4 * i : 4 * j],
+            self.values[start:end],
+            self.subjects[i:j],
+            [(k - i, *rest) for k, *rest in self.exceptions[_at(self.exceptions, i) : _at(self.exceptions, j)]],
+        )
+
+    @classmethod
+    def joined(cls, parts: Sequence[Records]) -> Records:
+        """The records of ``parts``, one after another (each begins where the one before ends)."""
+        parts = [p for p in parts if len(p)]
+        if len(parts) <= 1:
+            return parts[0] if parts else cls.empty(0)
+        exceptions: list[tuple[int, str, str, Any]] = []
+        base = 0
+        for p in parts:
+            exceptions.extend((k + base, *rest) for k, *rest in p.exceptions)
+            base += len(p)
+        for earlier, later in pairwise(parts):
+            if later.first != earlier.end:
+                raise ValueError(f"records {earlier.first}..{earlier.end - 1} and then {later.first}: a gap")
+        return cls(
+            parts[0].first,
+            b"".join(p.stamps for p in parts),
+            b"".join(p.sizes for p in parts),
+            b"".join(p.values for p in parts),
+            [s for p in parts for s in p.subjects],
+            exceptions,
+        )
+
+    def blocks(self) -> Iterator[Records]:
+        """These records a block at a time."""
+        low = self.first - self.first % BLOCK_RECORDS
+        while low < self.end:
+            yield self.part(low, low + BLOCK_RECORDS)
+            low += BLOCK_RECORDS
+
+
+def _at(exceptions: list[tuple[int, str, str, Any]], index: int) -> int:
+    """Where the exceptions (in order of their records) of records from ``index`` on begin."""
+    return bisect.bisect_left(exceptions, index, key=lambda e: e[0])
+
+
+APPLIED = Outcome("applied")
+_RECORDS = msgspec.msgpack.Decoder(Records).decode
+_encode_records = msgspec.msgpack.Encoder().encode
+
+
+def plain_context(ctx: Context) -> Any:
+    """A pod context as MessagePack and JSON hold it: a list of four, or of lists of four."""
+    if ctx is None:
+        return None
+    return list(ctx) if isinstance(ctx, PodContext) else [list(c) for c in ctx]
+
+
+def context_of(plain: Any) -> Context:
+    """``plain_context``'s inverse."""
+    if plain is None:
+        return None
+    if plain and isinstance(plain[0], list):
+        return tuple(PodContext(*c) for c in plain)
+    return PodContext(*plain)
+
+
+@functools.lru_cache(maxsize=1 << 17)  # a node's or a job's subject comes back block after block
 def subject_key(subject: str) -> int:
     """A subject's posting key: the first 8 bytes of its BLAKE2b, signed (SQL's BIGINT)."""
     digest = hashlib.blake2b(subject.encode("utf-8", "surrogatepass"), digest_size=8).digest()
@@ -120,217 +248,78 @@ _DECOMPRESS = zstandard.ZstdDecompressor().decompress
 
 
 # ------------------------------------------------------------------------------------ blocks
-# A block's bytes, before zstd: the length of a JSON head (4 bytes, little-endian), the head
-# {"n": entries, "y": the types, "s": the subjects}, arrays of little-endian integers (_ARRAYS,
-# each as long as the head and the arrays before it say), then the entries' summaries, one
-# compact JSON text each. A reader parses the small head and the arrays at C speed, and only the
-# summaries of the entries it returns.
-_ARRAYS = (
-    ("types", "I"),  # per entry: its type's index in the head's "y"
-    ("steps", "q"),  # per entry: its offset less the previous one's (the first's, less the block's start - 1)
-    ("stamps", "q"),  # per entry: its time_ms less the previous one's (the first's, less 0)
-    ("sizes", "I"),  # per entry: the bytes of its summary
-    ("entry_ptr", "I"),  # entry n names subjects entry_subjects[entry_ptr[n] : entry_ptr[n + 1]]
-    ("entry_subjects", "I"),
-    ("subject_ptr", "I"),  # subject i is named by entries subject_entries[subject_ptr[i] : subject_ptr[i + 1]]
-    ("subject_entries", "I"),
-)
-_BIG_ENDIAN = sys.byteorder == "big"
+def encode_block(records: Records) -> bytes:
+    """The stored form of one block's records: their columns (``Records``), MessagePack, zstd.
 
-
-def encode_block(rows: Sequence[Row]) -> bytes:
-    """The stored form of one block's rows (in offset order; see _ARRAYS).
-
-    An entry's summary is stored whole the first time its first subject (a pod's event names the
-    pod first; a scheduler record, the pod's uid) appears in the block, later only what changed
-    since that subject's previous entry (``_delta``): a block decodes on its own.
-    """
-    type_ids: dict[str, int] = {}
-    subject_ids: dict[str, int] = {}
-    named: list[list[int]] = []  # per subject, the entries naming it
-    entry_subjects: list[int] = []
-    entry_ptr = [0]
-    lines: list[bytes] = []
-    last: dict[str, _Last] = {}  # first subject -> its last entry
-    for n, row in enumerate(rows):
-        for subject in row.subjects:
-            i = subject_ids.setdefault(subject, len(named))
-            if i == len(named):
-                named.append([])
-            named[i].append(n)
-            entry_subjects.append(i)
-        entry_ptr.append(len(entry_subjects))
-        line = _delta(last, row.subjects[0], row.summary) if row.subjects else _json(row.summary)
-        lines.append(line.encode("utf-8", "surrogatepass"))
-    start = rows[0].offset - rows[0].offset % BLOCK_RECORDS - 1
-    columns = {
-        "types": [type_ids.setdefault(r.type, len(type_ids)) for r in rows],
-        "steps": [b - a for a, b in pairwise(chain((start,), (r.offset for r in rows)))],
-        "stamps": [b - a for a, b in pairwise(chain((0,), (r.time_ms for r in rows)))],
-        "sizes": [len(line) for line in lines],
-        "entry_ptr": entry_ptr,
-        "entry_subjects": entry_subjects,
-        "subject_ptr": list(accumulate(map(len, named), initial=0)),
-        "subject_entries": [n for entries in named for n in entries],
-    }
-    head = json.dumps({"n": len(rows), "y": list(type_ids), "s": list(subject_ids)}, ensure_ascii=False)
-    head_bytes = head.encode("utf-8", "surrogatepass")
-    packed = [len(head_bytes).to_bytes(4, "little"), head_bytes]
-    for name, code in _ARRAYS:
-        values = array(code, columns[name])
-        if _BIG_ENDIAN:
-            values.byteswap()
-        packed.append(values.tobytes())
-    return _COMPRESS(b"".join(packed + lines))
-
-
-# A subject's last entry in the block: its summary, and the JSON texts of those of its values that
-# are no string (by key; a pod's fields by field), made when a comparison first needed them.
-_Last = tuple[dict[str, Any], dict[str, str], dict[str, str]]
-
-
-def _delta(last: dict[str, _Last], key: str, summary: dict[str, Any]) -> str:
-    """What to store of ``summary``: itself the first time ``key`` (the entry's first subject)
-    appears in the block, else ``[changed, changed fields, gone]`` against the key's previous
-    entry: the keys whose JSON text differs (a NumberLiteral and the string it is stored as are
-    the same; 1 and true are not), those of a pod's ``fields`` too, and the keys no longer there.
-
-    Two strings compare as themselves and None only to None (their texts differ exactly when
-    they do); any other value by its text, made once per entry. Most values of a summary are
-    strings that did not change, so most are never encoded."""
-    texts: dict[str, str] = {}
-    field_texts: dict[str, str] = {}
-    before = last.get(key)
-    last[key] = (summary, texts, field_texts)
-    if before is None:
-        return _json(summary)
-    then, then_texts, then_field_texts = before
-    changed = {
-        k: v
-        for k, v in summary.items()
-        if k != "fields" and (k not in then or not _same(then[k], v, k, then_texts, texts))
-    }
-    gone = _SUMMARY(sorted(then.keys() - summary.keys())) if then.keys() - summary.keys() else "[]"
-    fields, then_fields = summary.get("fields"), then.get("fields")
-    if type(fields) is dict and type(then_fields) is dict and then_fields.keys() == fields.keys():
-        moved = {f: v for f, v in fields.items() if not _same(then_fields[f], v, f, then_field_texts, field_texts)}
-        return f"[{_json(changed)},{_json(moved)},{gone}]"
-    if "fields" in summary and ("fields" not in then or not _same(then_fields, fields, "fields", then_texts, texts)):
-        changed["fields"] = fields
-    return f"[{_json(changed)},null,{gone}]"
-
-
-def _same(old: Any, new: Any, name: str, old_texts: dict[str, str], new_texts: dict[str, str]) -> bool:
-    """Whether two values have the same JSON text (``old_texts``/``new_texts`` keep the texts)."""
-    if type(new) is str and type(old) is str:
-        return new == old
-    if new is None or old is None:
-        return new is old
-    old_text = old_texts.get(name)
-    if old_text is None:
-        old_text = old_texts[name] = _json(old)
-    new_text = new_texts.get(name)
-    if new_text is None:
-        new_text = new_texts[name] = _json(new)
-    return old_text == new_text
+    The messages are stored as the log holds them: consecutive versions of a pod differ in a few
+    bytes, and zstd, which sees the whole block, keeps only what changed between them (about 36
+    bytes a record at 5,000 nodes and 150,000 pods)."""
+    return _COMPRESS(_encode_records(records))
 
 
 class Block:
-    """One stored block, decoded lazily: the head and arrays at once, a summary when asked."""
+    """One stored block: its records, read as a history asks for them."""
 
     def __init__(self, first_offset: int, data: bytes) -> None:
-        raw = _DECOMPRESS(data)
-        end = 4 + int.from_bytes(raw[:4], "little")
-        head = json.loads(raw[4:end])
-        self.types: list[str] = head["y"]
-        self.subjects: list[str] = head["s"]
-        self.count: int = head["n"]
-        arrays: dict[str, array[int]] = {}
-        for name, code in _ARRAYS:
-            if name == "subject_ptr":
-                length = len(self.subjects) + 1
-            elif name in ("entry_subjects", "subject_entries"):
-                length = arrays["entry_ptr"][-1]
-            else:
-                length = self.count + (name == "entry_ptr")
-            values = array(code)
-            values.frombytes(raw[end : end + length * values.itemsize])
-            if _BIG_ENDIAN:
-                values.byteswap()
-            arrays[name], end = values, end + length * values.itemsize
-        self._arrays = arrays
-        self.offsets = list(accumulate(arrays["steps"], initial=first_offset - 1))[1:]
-        self.stamps = list(accumulate(arrays["stamps"]))
-        self._starts = list(accumulate(arrays["sizes"], initial=end))
-        self._raw = raw
-        self._summaries: dict[int, dict[str, Any]] = {}
+        self._records = _RECORDS(_DECOMPRESS(data))
+        if self._records.first - self._records.first % BLOCK_RECORDS != first_offset:
+            raise ValueError(f"the block at {first_offset} holds records from {self._records.first}")
+        self.count = len(self._records)
+        self.offsets = range(self._records.first, self._records.end)
+        self.stamps = self._records.column("stamps")
+        self._starts: list[int] | None = None
+        self._rows: dict[int, Row] = {}
 
     def __len__(self) -> int:
         return self.count
 
-    def type(self, n: int) -> str:
-        return self.types[self._arrays["types"][n]]
-
     def about(self, subjects: Iterable[str]) -> list[int]:
-        """The indexes of the entries naming any of ``subjects``, in order."""
-        ptr, entries = self._arrays["subject_ptr"], self._arrays["subject_entries"]
-        found: set[int] = set()
-        for subject in subjects:
-            try:
-                i = self.subjects.index(subject)
-            except ValueError:
-                continue  # a subject of the query this block does not name (or a posting key's collision)
-            found.update(entries[ptr[i] : ptr[i + 1]])
-        return sorted(found)
+        """The indexes of the entries naming any of ``subjects``, in order (none: a posting key's
+        collision). A scan per subject asked: a history asks one to three a block."""
+        wanted = set(subjects)
+        if len(wanted) == 1:
+            (subject,) = wanted
+            return [n for n, named in enumerate(self._records.subjects) if subject in named]
+        return [n for n, named in enumerate(self._records.subjects) if not wanted.isdisjoint(named)]
 
     def named(self, n: int) -> tuple[str, ...]:
-        ptr, subjects = self._arrays["entry_ptr"], self._arrays["entry_subjects"]
-        return tuple(self.subjects[i] for i in subjects[ptr[n] : ptr[n + 1]])
+        return tuple(self._records.subjects[n])
+
+    def kept(self, n: int) -> Kept:
+        if self._starts is None:
+            self._starts = list(accumulate(self._records.column("sizes"), initial=0))
+        exceptions = self._records.exceptions
+        i = _at(exceptions, n)
+        outcome, ctx = APPLIED, None
+        if i < len(exceptions) and exceptions[i][0] == n:
+            _, result, reason, plain = exceptions[i]
+            outcome, ctx = Outcome(result, reason), context_of(plain)
+        value = self._records.values[self._starts[n] : self._starts[n + 1]]
+        return Kept(self.offsets[n], self.stamps[n], value, outcome, ctx)
+
+    def records(self) -> Records:
+        """Every record of the block, as it was stored (to store the block again, longer)."""
+        return self._records
 
     def row(self, n: int) -> Row:
-        return Row(self.offsets[n], self.stamps[n], self.type(n), self.named(n), self.summary(n))
+        """The entry as a history shows it: its record described, as the fold saw it."""
+        if n not in self._rows:
+            kind, _, summary = describe(described(self.kept(n)))
+            self._rows[n] = Row(self.offsets[n], self.stamps[n], kind, self.named(n), _as_stored(summary))
+        return self._rows[n]
+
+    def type(self, n: int) -> str:
+        return self.row(n).type
 
     def summary(self, n: int) -> dict[str, Any]:
-        """The entry's summary, whole again."""
-        if n not in self._summaries:
-            stored = json.loads(self._raw[self._starts[n] : self._starts[n + 1]])
-            self._summaries[n] = stored if type(stored) is dict else self._undelta(n, *stored)
-        return self._summaries[n]
-
-    def _undelta(
-        self, n: int, changed: dict[str, Any], fields: dict[str, Any] | None, gone: list[str]
-    ) -> dict[str, Any]:
-        before = self.summary(self._previous(n))
-        summary = {k: v for k, v in before.items() if k not in gone}
-        summary.update(changed)
-        if fields is not None:
-            summary["fields"] = {**before["fields"], **fields}
-        return summary
-
-    def _previous(self, n: int) -> int:
-        """The entry before ``n`` in the block with the same first subject (a delta's base)."""
-        first = self._arrays["entry_subjects"]
-        ptr = self._arrays["entry_ptr"]
-        key = first[ptr[n]]
-        subject_ptr, entries = self._arrays["subject_ptr"], self._arrays["subject_entries"]
-        return max(m for m in entries[subject_ptr[key] : subject_ptr[key + 1]] if m < n and first[ptr[m]] == key)
+        return self.row(n).summary
 
 
-def _rows(entries: Iterable[AuditEntry]) -> list[Row]:
-    rows = []
-    for e in entries:
-        kind, subjects, summary = describe(e)
-        rows.append(Row(e.offset, e.time_ms, kind, subjects, summary))
-    return rows
-
-
-def _blocks(rows: list[Row]) -> Iterator[list[Row]]:
-    start = 0
-    while start < len(rows):
-        end_offset = rows[start].offset - rows[start].offset % BLOCK_RECORDS + BLOCK_RECORDS
-        end = bisect.bisect_left(rows, end_offset, lo=start, key=lambda r: r.offset)
-        yield rows[start:end]
-        start = end
+def _as_stored(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary as JSON reads it back (a NumberLiteral as its text): what readers have always
+    been given, and what the web UI and ``-o json`` print."""
+    parsed: dict[str, Any] = json.loads(_json(summary))
+    return parsed
 
 
 # ------------------------------------------------------------------------------------- index
@@ -385,9 +374,9 @@ class AuditIndex:
         with self.engine.connect() as conn:
             return conn.execute(select(AuditLogRow.indexed_to).where(AuditLogRow.id == log_id)).scalar_one()
 
-    def write(self, log: LogIdentity, entries: Sequence[AuditEntry], upto: int) -> None:
-        """Store entries (in offset order) and mark the log indexed up to ``upto`` (records
-        applied), in one transaction."""
+    def write(self, log: LogIdentity, records: Records, upto: int) -> None:
+        """Store records and mark the log indexed up to ``upto`` (records applied), in one
+        transaction; the records the index holds already are skipped."""
         log_id = self.log_id(log)
         with self.engine.connect().execution_options(sqlite_immediate=True) as conn, conn.begin():
             if conn.dialect.name == "sqlite":
@@ -395,12 +384,12 @@ class AuditIndex:
                 # default 2 MiB page cache stops holding after a few hundred thousand records
                 conn.exec_driver_sql(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
             indexed = self._position(conn, log_id)  # locked until commit: one writer per log at a time
-            rows = _rows(entries[bisect.bisect_left(entries, indexed, key=lambda e: e.offset) :])
-            if rows:
-                start = rows[0].offset - rows[0].offset % BLOCK_RECORDS
-                if start < rows[0].offset:  # the block was begun by an earlier write
-                    rows = self._stored(conn, log_id, start, rows[0].offset) + rows
-                self._store(conn, log_id, rows)
+            new = records.part(indexed, sys.maxsize)
+            if len(new):
+                start = new.first - new.first % BLOCK_RECORDS
+                if start < new.first:  # the block was begun by an earlier write
+                    new = Records.joined([self._stored(conn, log_id, start, new.first), new])
+                self._store(conn, log_id, new)
             if upto > indexed:
                 conn.execute(update(AuditLogRow).where(AuditLogRow.id == log_id).values(indexed_to=upto))
 
@@ -410,24 +399,24 @@ class AuditIndex:
             query = query.with_for_update()  # SQLite's BEGIN IMMEDIATE locked the database already
         return int(conn.execute(query).scalar_one())
 
-    def _stored(self, conn: Connection, log_id: int, start: int, below: int) -> list[Row]:
+    def _stored(self, conn: Connection, log_id: int, start: int, below: int) -> Records:
         data = conn.execute(
             select(AuditBlockRow.data).where(AuditBlockRow.log_id == log_id, AuditBlockRow.first_offset == start)
         ).scalar_one_or_none()
         if data is None:
-            return []
-        block = Block(start, bytes(data))
-        return [block.row(n) for n in range(len(block)) if block.offsets[n] < below]
+            return Records.empty(below)
+        return Block(start, bytes(data)).records().part(start, below)
 
-    def _store(self, conn: Connection, log_id: int, rows: list[Row]) -> None:
+    def _store(self, conn: Connection, log_id: int, records: Records) -> None:
         blocks: list[tuple[int, int, int, int, int, bytes]] = []
         postings: list[tuple[int, int, int]] = []
-        for chunk in _blocks(rows):
-            first = chunk[0].offset - chunk[0].offset % BLOCK_RECORDS
-            stamps = [r.time_ms for r in chunk]
-            blocks.append((log_id, first, chunk[-1].offset, min(stamps), max(stamps), encode_block(chunk)))
-            named = {s for r in chunk for s in r.subjects}
-            postings.extend((log_id, subject_key(s), first) for s in sorted(named))
+        for block in records.blocks():
+            first = block.first - block.first % BLOCK_RECORDS
+            stamps = block.column("stamps")
+            blocks.append((log_id, first, block.end - 1, min(stamps), max(stamps), encode_block(block)))
+            postings.extend((log_id, subject_key(s), first) for s in set(chain.from_iterable(block.subjects)))
+        # in key order, so that each insert lands next to the one before in the postings' B-tree
+        postings.sort()
         # Plain tuples through the driver's executemany: SQLAlchemy's per-row bound parameters
         # cost more than the encoding.
         for i in range(0, len(blocks), BATCH_ROWS):
@@ -463,7 +452,8 @@ class AuditIndex:
             for n in block.about(wanted):
                 offset, stamp = block.offsets[n], block.stamps[n]
                 if low_offset <= offset <= high_offset and low_ms <= stamp <= high_ms:
-                    out.append(AuditRow(offset, stamp, block.type(n), block.summary(n)))
+                    row = block.row(n)
+                    out.append(AuditRow(offset, stamp, row.type, row.summary))
         return out
 
     def _read(

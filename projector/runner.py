@@ -27,6 +27,7 @@ from strata.log.config import Settings
 from strata.log.metrics import FOLLOWING
 from strata.projector import audit, statecodec
 from strata.projector.auditstore import AuditIndex
+from strata.projector.auditwriter import BACKLOG, AuditFeed, value_of
 from strata.projector.checkpoint import CheckpointInfo, CheckpointStore, LogIdentity
 from strata.projector.gctune import FREEZE_EVERY, freeze_kept
 from strata.projector.kinds import KIND_NAMES
@@ -34,10 +35,9 @@ from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig
 from strata.projector.statedigest import SETTLE_EVERY
 from strata.projector.writer import Job, Stored, Writer, write_checkpoint
+from strata.schemas import WatchEvent
 
 LOG = logging.getLogger("strata.projector")
-AUDIT_BATCH = 20_000  # entries handed to the writer at once when no checkpoint comes first
-AUDIT_BACKLOG = 8 * AUDIT_BATCH  # entries kept while the writer is busy before the fold waits for it
 # A follower looks at its writer (a waitpid) and at what falls due every TEND_EVERY records, not
 # after each one: per record that bookkeeping cost about a tenth of the fold (a system call while
 # the writer child runs, the clocks, the checks). A checkpoint or batch then starts at most
@@ -57,7 +57,7 @@ ALL_KINDS = KIND_NAMES  # what a follower waits to see SYNCED before it is ready
 CHECKPOINTS = Counter("strata_checkpoints", "Checkpoints written by this projector.")
 CHECKPOINT_SECONDS = Histogram(
     "strata_checkpoint_duration_seconds",
-    "From handing a checkpoint to the writer until it is stored (with the audit batch written first).",
+    "From forking a checkpoint's writer until it is stored.",
     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80),
 )
 CHECKPOINT_BYTES = Gauge("strata_checkpoint_bytes", "Size of the newest checkpoint's serialized state.")
@@ -74,7 +74,7 @@ class Progress:
     bad: int = 0
     longest_pause_s: float = 0.0  # the longest the fold stood still for bookkeeping between records
     longest_digest_s: float = 0.0  # the longest a state digest report took (part of a pause)
-    writer_waits_s: float = 0.0  # how long the fold waited in all for an audit writer that fell behind
+    writer_waits_s: float = 0.0  # how long the fold waited in all for the audit index's writer
 
     @property
     def lag(self) -> int:
@@ -145,8 +145,9 @@ class LogRunner:
     ) -> CacheState:
         """Apply records as they arrive until ``stop`` is set; checkpoint on the way and at the end.
 
-        Checkpoints and the audit index are written by a forked child (``writer.Writer``) while
-        the fold goes on; a projector whose index lags its checkpoints starts from an older one.
+        Checkpoints are written by a forked child (``writer.Writer``) and the audit index by a
+        writer process (``auditwriter``) while the fold goes on; a projector whose index lags its
+        checkpoints starts from an older one.
         ``health`` is ready once the checkpoint is restored, the log's end as of the start is
         applied and every one of ``kinds`` is SYNCED.
         """
@@ -154,40 +155,47 @@ class LogRunner:
         restored: list[CacheState] = []
         if health is not None:
             health.require(lambda: sync_reason(restored[0] if restored else None, end, kinds))
-        LOG.info("restoring the newest checkpoint")
-        state = self.restore(at_or_below=audit_index.indexed_to(self.identity) if audit_index else None)
-        LOG.info("restored version %d", state.version)
-        restored.append(state)
-        gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
-        progress = Progress(state.version, end)
-        FOLLOWING.end, FOLLOWING.version = end, state.version
-        run = _Following(self, state, audit_index, digests, progress, every_records, every_seconds)
-        last_report = last_end = time.monotonic()
-        idle_at = -1
-        for entry in self.reader.follow(state.version, stop):
-            if entry is not None:
-                run.apply(entry)
-            elif idle_at != state.version:
-                idle_at = state.version
-                LOG.info("idle at version %d", state.version)
-            now = time.monotonic()
-            run.tend(now, idle=entry is None)
-            if on_request is not None:
-                on_request.tend(state)
-            if now - last_end >= 1.0:
-                progress.end = FOLLOWING.end = max(self._end_or(progress.end), state.version)
-                last_end = now
-                if health is not None:
-                    health.beat()
-            if now - last_report >= report_seconds:
-                report(progress)
-                last_report = now
-        run.finish()
-        if digests is not None:
-            digests.drain()
-        progress.end = max(progress.end, state.version)
-        report(progress)
-        return state
+        indexed = audit_index.indexed_to(self.identity) if audit_index else None
+        # started first: its interpreter starts while the checkpoint is restored
+        feed = _feed(audit_index, self.identity, indexed) if audit_index is not None and indexed is not None else None
+        try:
+            LOG.info("restoring the newest checkpoint")
+            state = self.restore(at_or_below=indexed)
+            LOG.info("restored version %d", state.version)
+            restored.append(state)
+            gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
+            progress = Progress(state.version, end)
+            FOLLOWING.end, FOLLOWING.version = end, state.version
+            run = _Following(self, state, feed, audit_index, digests, progress, every_records, every_seconds)
+            last_report = last_end = time.monotonic()
+            idle_at = -1
+            for entry in self.reader.follow(state.version, stop):
+                if entry is not None:
+                    run.apply(entry)
+                elif idle_at != state.version:
+                    idle_at = state.version
+                    LOG.info("idle at version %d", state.version)
+                now = time.monotonic()
+                run.tend(now, idle=entry is None)
+                if on_request is not None:
+                    on_request.tend(state)
+                if now - last_end >= 1.0:
+                    progress.end = FOLLOWING.end = max(self._end_or(progress.end), state.version)
+                    last_end = now
+                    if health is not None:
+                        health.beat()
+                if now - last_report >= report_seconds:
+                    report(progress)
+                    last_report = now
+            run.finish()
+            if digests is not None:
+                digests.drain()
+            progress.end = max(progress.end, state.version)
+            report(progress)
+            return state
+        finally:
+            if feed is not None:
+                feed.close()  # after an error: what it has not stored is left for the next fold
 
 
 class SnapshotOnRequest:
@@ -245,6 +253,10 @@ def sync_reason(state: CacheState | None, end: int, kinds: Sequence[str]) -> str
     return None
 
 
+def _feed(index: AuditIndex, log: LogIdentity, indexed: int) -> AuditFeed:
+    return AuditFeed(index.engine.url.render_as_string(hide_password=False), log, indexed)
+
+
 def _ready(state: CacheState) -> bool:
     if state.hashes.ready(state):
         return True
@@ -253,12 +265,13 @@ def _ready(state: CacheState) -> bool:
 
 
 class _Following:
-    """One follow of the log: the state, its audit entries not yet written, the writer child."""
+    """One follow of the log: the state, the audit index's feed, the checkpoint writer child."""
 
     def __init__(
         self,
         runner: LogRunner,
         state: CacheState,
+        feed: AuditFeed | None,
         audit_index: AuditIndex | None,
         digests: DigestReporter | None,
         progress: Progress,
@@ -267,39 +280,42 @@ class _Following:
     ) -> None:
         self.runner = runner
         self.state = state
-        self.audit_index = audit_index
+        self.feed = feed
         self.digests = digests
         self.progress = progress
         self.every_records = every_records
         self.every_seconds = every_seconds
         self.tend_mask = TEND_EVERY - 1 if every_records >= CHECK_ALWAYS_BELOW else 0
-        self.writer = Writer(runner.store, audit_index, runner.identity)
+        self.writer = Writer(runner.store, runner.identity, audit_index)
         self.restored = state.version
         self.requested = state.version  # the version of the newest checkpoint handed to the writer
         self.requested_at = time.monotonic()
         self.rested_at = 0.0  # when the next checkpoint may start (CHECKPOINT_REST)
-        self.pending: list[audit.AuditEntry] = []
-        self.indexed = state.version  # the audit index holds entries up to here
-        AUDIT_LAG.set_function(lambda: self.state.version - self.indexed if audit_index is not None else 0)
+        AUDIT_LAG.set_function(lambda: max(0, self.state.version - feed.indexed) if feed is not None else 0)
         _checkpoint_stored(runner.store.list(runner.identity))
 
     def apply(self, entry: LogEntry) -> None:
-        """Fold one entry and keep its audit entry."""
+        """Fold one entry and hand it to the audit index's feed."""
         state = self.state
-        ctx = audit.context(state, entry.record) if self.audit_index else None
-        outcome = state.apply_at(entry.offset, entry.record)
+        record = entry.record
+        feed = self.feed
+        if feed is None:
+            outcome = state.apply_at(entry.offset, record)
+        else:
+            ctx = None if type(record) is WatchEvent else audit.context(state, record)
+            outcome = state.apply_at(entry.offset, record)
+            value = entry.value if type(record) is WatchEvent and entry.value else value_of(entry)
+            feed.add(
+                entry.offset, entry.timestamp_ms, value, outcome, ctx, audit.subjects(record, ctx, state.last_object)
+            )
         if outcome.result == "bad":
             self.progress.bad += 1
-        FOLLOWING.applied_entry(entry.offset, entry.timestamp_ms, entry.record)
-        if self.audit_index is not None:
-            self.pending.append(
-                audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object)
-            )
+        FOLLOWING.applied_entry(entry.offset, entry.timestamp_ms, record)
         self.progress.version = state.version
 
     def tend(self, now: float, idle: bool) -> None:
         """The bookkeeping between records, each step timed as a pause of the fold: collect a
-        finished write, hand over a due checkpoint or a full audit batch, keep the digest settled."""
+        finished checkpoint, hand over a due one, feed the audit's writer, keep the digest settled."""
         version = self.state.version
         if (
             version & self.tend_mask
@@ -319,13 +335,22 @@ class _Following:
             and now >= self.rested_at
             and (state.version - self.requested >= self.every_records or now - self.requested_at >= self.every_seconds)
         )
-        if due or len(self.pending) >= AUDIT_BATCH or (idle and self.pending):
-            if len(self.pending) >= AUDIT_BACKLOG:  # the writer fell behind: the fold waits (bounded memory)
-                self._collected(*self.writer.wait(), time.monotonic())
-                waited = time.perf_counter() - started
+        if due and not self.writer.busy:
+            if self.feed is not None:
+                self.feed.seal()  # the checkpoint is stored once the index holds its records: soon
+            self.writer.start(state, self.feed.pipes() if self.feed is not None else ())
+            self.requested, self.requested_at = state.version, now
+            # The restored fragments served the child's rendering; kept longer, the shards they
+            # share would pin every object the fold has replaced since.
+            state.rendered = None
+        feed = self.feed
+        if feed is not None:
+            if idle:
+                feed.seal()  # a history asked now finds the records up to here
+            feed.pump()
+            if feed.backlog >= BACKLOG:  # the writer fell behind: the fold waits (bounded memory)
+                waited = feed.wait()
                 self.progress.writer_waits_s += waited
-            if not self.writer.busy:
-                self._hand_over(checkpoint=due, now=now)
         state.hashes.tend(state)
         freeze_kept(state.version)  # reached at every SETTLE_EVERY-th version, so at every FREEZE_EVERY-th
         if self.digests is not None and self.digests.due(state.version) and _ready(state):
@@ -334,34 +359,21 @@ class _Following:
             self.progress.longest_digest_s = max(self.progress.longest_digest_s, time.perf_counter() - digest_started)
         self.progress.pause(time.perf_counter() - started - waited)
 
-    def _hand_over(self, checkpoint: bool, now: float) -> None:
-        self.writer.start(self.state, self.pending, checkpoint)
-        self.pending = []
-        if checkpoint:
-            self.requested, self.requested_at = self.state.version, now
-            # The restored fragments served the child's rendering; kept longer, the shards they
-            # share would pin every object the fold has replaced since.
-            self.state.rendered = None
-
     def _collected(self, job: Job, ok: bool, now: float) -> None:
-        if job.checkpoint:
-            self.rested_at = now + CHECKPOINT_REST * (now - job.started_at)
+        self.rested_at = now + CHECKPOINT_REST * (now - job.started_at)
         if ok:
-            self.indexed = job.version
-            if job.checkpoint:
-                self.progress.checkpoints += 1
-                CHECKPOINTS.inc()
-                CHECKPOINT_SECONDS.observe(now - job.started_at)
-                if job.stored is not None:
-                    _export_checkpoint(job.stored)
-        else:
-            self.pending[:0] = job.entries  # written again with the next batch; the checkpoint comes when due
+            self.progress.checkpoints += 1
+            CHECKPOINTS.inc()
+            CHECKPOINT_SECONDS.observe(now - job.started_at)
+            if job.stored is not None:
+                _export_checkpoint(job.stored)
 
     def finish(self) -> None:
-        """Wait for the writer, then write what is left and a checkpoint at the final version."""
+        """Wait for the writers, then write a checkpoint at the final version."""
         if self.writer.busy:
             self._collected(*self.writer.wait(), time.monotonic())
-        checkpoint = self.state.version not in (self.writer.saved, self.restored)
-        if checkpoint or self.pending:
-            entries, self.pending = self.pending, []
-            self._collected(*self.writer.write_here(self.state, entries, checkpoint), time.monotonic())
+        if self.feed is not None:
+            self.progress.writer_waits_s += self.feed.drain()
+            self.feed.close()
+        if self.state.version not in (self.writer.saved, self.restored):
+            self._collected(*self.writer.write_here(self.state), time.monotonic())

@@ -1,13 +1,13 @@
-"""The projector's writer: audit batches and checkpoints written by a forked child.
+"""The projector's checkpoint writer: a forked child.
 
 Writing a checkpoint of 150k tasks takes seconds (encode, render its digest, store); the fold
 must not wait for it. A snapshot is immutable, and so is a forked child's copy of the whole
-process: as Redis's BGSAVE does, the projector forks, the child writes the audit entries and
-the checkpoint of the state exactly as it stood at the fork, and the parent folds on. The fold
-pauses only for the fork itself. One child at a time, so writes land in log order; a child that
-fails leaves its batch to the next one. The child dies with its parent (PR_SET_PDEATHSIG): a
-killed projector's half-written checkpoint is a rolled-back transaction, never an orphan's late
-write, so the newest complete checkpoint is always the newest in the store.
+process: as Redis's BGSAVE does, the projector forks, the child writes the checkpoint of the
+state exactly as it stood at the fork, and the parent folds on. The fold pauses only for the
+fork itself. One child at a time, so checkpoints land in log order. The child dies with its
+parent (PR_SET_PDEATHSIG): a killed projector's half-written checkpoint is a rolled-back
+transaction, never an orphan's late write, so the newest complete checkpoint is always the
+newest in the store. (The audit index has a writer process of its own: ``auditwriter``.)
 """
 
 from __future__ import annotations
@@ -19,25 +19,25 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from strata.projector import audit, statecodec
+from strata.projector import statecodec
 from strata.projector.auditstore import AuditIndex
 from strata.projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
 from strata.projector.state import CacheState
 
 LOG = logging.getLogger("strata.projector")
+INDEX_POLL_S = 0.05
 _PR_SET_PDEATHSIG = 1
 
 
 @dataclass
 class Job:
-    """What one write holds: the audit entries up to ``version``, and whether to checkpoint it."""
+    """One checkpoint being written: of the state at ``version``."""
 
     version: int
-    checkpoint: bool
-    entries: list[audit.AuditEntry] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
     stored: Stored | None = None  # the checkpoint written, as its writer reported it
 
@@ -62,11 +62,14 @@ class Stored:
         return cls(int(parts[0]), int(parts[1]), parts[2])
 
 
-def write_checkpoint(store: CheckpointStore, log: LogIdentity, state: CacheState) -> CheckpointInfo:
+def write_checkpoint(
+    store: CheckpointStore, log: LogIdentity, state: CacheState, before_save: Callable[[int], None] = lambda _v: None
+) -> CheckpointInfo:
     LOG.info("writing a checkpoint at version %d", state.version)
     snapshot = state.snapshot()
     digest = snapshot.digest()
     blob = statecodec.encode(state, snapshot.fragments())  # the next restore renders only what changed
+    before_save(state.version)
     info = CheckpointInfo(
         log=log,
         version=state.version,
@@ -80,10 +83,14 @@ def write_checkpoint(store: CheckpointStore, log: LogIdentity, state: CacheState
 
 
 class Writer:
-    def __init__(self, store: CheckpointStore, audit_index: AuditIndex | None, log: LogIdentity) -> None:
+    """Forks a checkpoint's writer. With an audit index, a checkpoint is stored only once the index
+    holds every record up to it: a projector restores the newest checkpoint at or below the index's
+    position (so that the index misses no record), and the newest checkpoint must be that one."""
+
+    def __init__(self, store: CheckpointStore, log: LogIdentity, audit_index: AuditIndex | None = None) -> None:
         self.store = store
-        self.audit_index = audit_index
         self.log = log
+        self.audit_index = audit_index
         self.saved = -1  # the version of the newest checkpoint written
         self._pid: int | None = None
         self._job: Job | None = None
@@ -93,15 +100,18 @@ class Writer:
     def busy(self) -> bool:
         return self._pid is not None
 
-    def start(self, state: CacheState, entries: list[audit.AuditEntry], checkpoint: bool) -> None:
-        """Fork a child that writes ``entries`` and, if asked, a checkpoint of ``state``."""
-        assert self._pid is None, "one writer at a time keeps the writes in log order"
-        job = Job(state.version, checkpoint, entries)
+    def start(self, state: CacheState, foreign: Sequence[int] = ()) -> None:
+        """Fork a child that writes a checkpoint of ``state``; it closes the ``foreign`` file
+        descriptors first (a pipe's end held by the child would keep its reader from its end)."""
+        assert self._pid is None, "one writer at a time keeps the checkpoints in log order"
+        job = Job(state.version)
         parent = os.getpid()
         report, child_end = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(report)
+            for fd in foreign:
+                os.close(fd)
             self._child(parent, state, job, child_end)
         os.close(child_end)
         self._pid, self._job, self._report = pid, job, report
@@ -118,16 +128,15 @@ class Writer:
         _, status = os.waitpid(self._pid, 0)
         return self._finished(status)
 
-    def write_here(self, state: CacheState, entries: list[audit.AuditEntry], checkpoint: bool) -> tuple[Job, bool]:
+    def write_here(self, state: CacheState) -> tuple[Job, bool]:
         """The same write in this process (the last one, when nothing folds any more)."""
-        job = Job(state.version, checkpoint, entries)
+        job = Job(state.version)
         try:
-            job.stored = self._write(state, job)
+            job.stored = self._write(state)
         except Exception as exc:
             LOG.error("writing version %d failed: %s", job.version, exc)
             return job, False
-        if checkpoint:
-            self.saved = job.version
+        self.saved = job.version
         return job, True
 
     def _finished(self, status: int) -> tuple[Job, bool]:
@@ -138,30 +147,36 @@ class Writer:
         self._report = None
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
-            LOG.error("the writer of version %d failed (exit %d); its batch goes with the next", job.version, code)
-        elif job.checkpoint:
+            LOG.error(
+                "the checkpoint writer of version %d failed (exit %d); the next one comes when due", job.version, code
+            )
+        else:
             self.saved = job.version
         return job, code == 0
 
-    def _write(self, state: CacheState, job: Job) -> Stored | None:
-        if self.audit_index is not None and job.entries:
-            self.audit_index.write(self.log, job.entries, job.version)
-        if not job.checkpoint:
-            return None
-        info = write_checkpoint(self.store, self.log, state)
+    def _write(self, state: CacheState) -> Stored:
+        info = write_checkpoint(self.store, self.log, state, self._indexed)
         return Stored(info.version, info.size, info.created_at)
+
+    def _indexed(self, version: int) -> None:
+        """Wait until the audit index holds the records up to ``version`` (its writer process
+        stores them; the fold has asked it to at once)."""
+        waited = 0.0
+        while self.audit_index is not None and self.audit_index.indexed_to(self.log) < version:
+            time.sleep(INDEX_POLL_S)
+            waited += INDEX_POLL_S
+            if waited >= 60 and waited % 60 < INDEX_POLL_S:
+                LOG.warning("the checkpoint at version %d waits for the audit index (%.0f s)", version, waited)
 
     def _child(self, parent: int, state: CacheState, job: Job, report: int) -> None:
         code = 1
         try:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, signal.SIG_DFL)
-            _die_with(parent)
+            die_with(parent)
             gc.disable()  # a short life: collecting would only copy the parent's pages
             self.store.forked()
-            stored = self._write(state, job)
-            if stored is not None:
-                os.write(report, stored.encode())
+            os.write(report, self._write(state).encode())
             code = 0
         except BaseException as exc:
             LOG.error("writing version %d failed: %s", job.version, exc)
@@ -170,7 +185,7 @@ class Writer:
             os._exit(code)
 
 
-def _die_with(parent: int) -> None:
+def die_with(parent: int) -> None:
     """SIGKILL this process when its parent dies (Linux); exit now if it is gone already."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)

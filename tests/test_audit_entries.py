@@ -8,10 +8,11 @@ import pytest
 
 from strata.ingest.trace import parse_line
 from strata.projector import audit
-from strata.projector.auditstore import AuditIndex
+from strata.projector.auditstore import AuditIndex, Records
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.sqlstore import SqlCheckpointStore
 from strata.projector.state import CacheState
+from strata.schemas import encode
 
 NODE = b'{"type":"ADDED","object":{"apiVersion":"v1","kind":"Node","metadata":{"name":"n1","uid":"n","resourceVersion":"1"},"status":{"allocatable":{"cpu":"8","pods":"110"}}}}'  # noqa: E501
 POD = b'{"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p1","namespace":"ns","uid":"p","resourceVersion":"2"},"spec":{"schedulerName":"volcano","containers":[{"name":"c","resources":{"requests":{"cpu":0.50,"memory":1e3}}}]},"status":{"phase":"Pending"}}}'  # noqa: E501
@@ -26,19 +27,20 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def test_a_quantity_written_as_a_json_number_is_indexed_as_written(url: str):
     state = CacheState()
-    entries = []
+    entries, named = [], []
     for offset, line in enumerate((NODE, POD)):
         record = parse_line(line, "t")
         ctx = audit.context(state, record)
         outcome = state.apply(record)
         assert outcome.result == "applied"
-        entries.append(audit.entry(offset, 0, record, outcome, ctx, state.last_object))
+        entries.append(audit.Kept(offset, 0, encode(record), outcome, ctx))
+        named.append(audit.subjects(record, ctx, state.last_object))
     store = SqlCheckpointStore(url)
     try:
         index = AuditIndex(store.engine)
         log = LogIdentity("t", "c", "f")
-        index.write(log, entries, 2)
-        index.write(log, entries, 2)  # a restarted projector writes the same rows again: no error
+        index.write(log, Records.of(entries, named), 2)
+        index.write(log, Records.of(entries, named), 2)  # a restarted projector writes the same rows again: no error
         (row,) = index.rows(log, ["pod:ns/p1"])
         assert row.summary["fields"]["requests"] == {"c": {"cpu": "0.50", "memory": "1e3"}}
         assert index.offsets(log, ["node:n1", "uid:p"]) == [0, 1]

@@ -1,7 +1,9 @@
 """The audit index's blocks and postings (no broker: the fold, SQLite and PostgreSQL).
 
-Every answer is checked against the entries themselves: what ``describe`` says of each record,
-stored and read back through JSON, is what a history must find under each of its subjects.
+Every answer is checked against the fold's own view of each record: what ``describe`` says of the
+record, the outcome and the object the fold parsed, read back through JSON, is what a history
+must find under each of its subjects, though the index keeps only the record's bytes and derives
+the rest when it writes and reads.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ from strata.projector.auditstore import (
     AuditIndex,
     AuditPostingRow,
     Block,
-    Row,
+    Records,
     encode_block,
 )
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.sqlstore import SqlCheckpointStore
 from strata.projector.state import CacheState
-from strata.schemas.objectjson import NumberLiteral
+from strata.schemas import encode
 
 CONFORMANCE = Path(__file__).with_name("conformance")
 LOG = LogIdentity("t", "c", "f")
@@ -53,31 +55,48 @@ def index(url: str) -> Iterator[AuditIndex]:
     store.close()
 
 
-def folded(data: bytes) -> list[audit.AuditEntry]:
-    """The audit entries of a trace, as the projector makes them (stamps: 7 ms apart)."""
+class Folded(list[audit.Kept]):
+    """The kept records of a trace, as the projector keeps them, their subjects, and the fold's
+    own view of each."""
+
+    subjects: list[tuple[str, ...]]
+    seen: list[audit.AuditEntry]
+
+    def records(self, low: int = 0, high: int | None = None) -> Records:
+        return Records.of(self[low:high], self.subjects[low:high])
+
+
+def folded(data: bytes) -> Folded:
+    """A trace folded as the projector folds it (stamps: 7 ms apart)."""
     state = CacheState()
-    entries = []
+    out = Folded()
+    out.seen, out.subjects = [], []
     for offset, (_, line) in enumerate(split_lines(data)):
         record = parse_line(line, "t")
         ctx = audit.context(state, record)
         outcome = state.apply_at(offset, record)
-        entries.append(audit.entry(offset, START_MS + 7 * offset, record, outcome, ctx, state.last_object))
-    return entries
+        stamp = START_MS + 7 * offset
+        out.append(audit.Kept(offset, stamp, encode(record), outcome, ctx))
+        out.subjects.append(audit.subjects(record, ctx, state.last_object))
+        fields = audit.pod_fields(state.last_object) if getattr(record, "kind", None) == "Pod" else None
+        out.seen.append(audit.AuditEntry(offset, stamp, record, outcome, ctx, fields))
+    return out
 
 
 @pytest.fixture(scope="module")
-def generated() -> list[audit.AuditEntry]:
+def generated() -> Folded:
     out = io.BytesIO()
     generate(out, nodes=30, pods=600, seed=3)
-    entries = folded(out.getvalue())
-    assert len(entries) > 4 * BLOCK_RECORDS
-    return entries
+    kept = folded(out.getvalue())
+    assert len(kept) > 4 * BLOCK_RECORDS
+    return kept
 
 
-def expected(entries: list[audit.AuditEntry]) -> dict[str, list[tuple[int, int, str, Any]]]:
-    """Per subject, the (offset, time, type, summary as JSON reads it back) of its entries."""
+def expected(kept: Folded) -> dict[str, list[tuple[int, int, str, Any]]]:
+    """Per subject, the (offset, time, type, summary as JSON reads it back) of its entries, as
+    the fold saw them."""
     out = defaultdict(list)
-    for e in entries:
+    for e in kept.seen:
         kind, subjects, summary = audit.describe(e)
         stored = json.loads(json.dumps(summary, default=lambda n: n.text))
         for subject in subjects:
@@ -89,18 +108,18 @@ def found(index: AuditIndex, subject: str, **bounds: Any) -> list[tuple[int, int
     return [(r.offset, r.time_ms, r.type, r.summary) for r in index.rows(LOG, [subject], **bounds)]
 
 
-def write_in_pieces(index: AuditIndex, entries: list[audit.AuditEntry], rng: random.Random) -> None:
+def write_in_pieces(index: AuditIndex, entries: Folded, rng: random.Random) -> None:
     """Flushes of random sizes (ending inside blocks), and a restart that writes some again."""
     i = 0
     while i < len(entries):
         size = rng.randint(1, 3 * BLOCK_RECORDS)
-        index.write(LOG, entries[i : i + size], entries[min(i + size, len(entries)) - 1].offset + 1)
+        index.write(LOG, entries.records(i, i + size), entries[min(i + size, len(entries)) - 1].offset + 1)
         i += size
         if rng.random() < 0.3:
             i = max(0, i - rng.randint(1, 2 * BLOCK_RECORDS))  # restarted from an older checkpoint
 
 
-def test_every_subject_finds_exactly_its_entries(index: AuditIndex, generated: list[audit.AuditEntry]):
+def test_every_subject_finds_exactly_its_entries(index: AuditIndex, generated: Folded):
     write_in_pieces(index, generated, random.Random(5))
     assert index.indexed_to(LOG) == len(generated)
     want = expected(generated)
@@ -111,8 +130,8 @@ def test_every_subject_finds_exactly_its_entries(index: AuditIndex, generated: l
         assert index.offsets(LOG, [subject]) == [o for o, *_ in want[subject]]
 
 
-def test_bounds_by_offset_and_time(index: AuditIndex, generated: list[audit.AuditEntry]):
-    index.write(LOG, generated, len(generated))
+def test_bounds_by_offset_and_time(index: AuditIndex, generated: Folded):
+    index.write(LOG, generated.records(), len(generated))
     want = expected(generated)
     node = max((s for s in want if s.startswith("node:")), key=lambda s: len(want[s]))
     items = want[node]
@@ -124,16 +143,16 @@ def test_bounds_by_offset_and_time(index: AuditIndex, generated: list[audit.Audi
     assert found(index, node, since_offset=high[0] + 1, until_offset=high[0]) == []
 
 
-def test_blocks_depend_only_on_the_records(url: str, tmp_path: Path, generated: list[audit.AuditEntry]):
+def test_blocks_depend_only_on_the_records(url: str, tmp_path: Path, generated: Folded):
     """Written at once, or in pieces with rewrites: the same bytes, the same postings."""
     store = SqlCheckpointStore(url)
     try:
         pieces = AuditIndex(store.engine)
         write_in_pieces(pieces, generated, random.Random(11))
-        pieces.write(LOG, generated[:2000], 2000)  # a restart from the very beginning: nothing changes
+        pieces.write(LOG, generated.records(0, 2000), 2000)  # a restart from the very beginning: nothing changes
         once = SqlCheckpointStore(f"sqlite:///{tmp_path / 'once.db'}")
         try:
-            AuditIndex(once.engine).write(LOG, generated, len(generated))
+            AuditIndex(once.engine).write(LOG, generated.records(), len(generated))
             assert _stored(store) == _stored(once)
         finally:
             once.close()
@@ -164,35 +183,24 @@ def test_a_conformance_trace_with_odd_records(index: AuditIndex):
     entries = folded((CONFORMANCE / "c05.jsonl").read_bytes())
     write_in_pieces(index, entries, random.Random(2))
     want = expected(entries)
-    for subject, items in want.items():
-        assert found(index, subject) == items, subject
+    for subject, rows in want.items():
+        assert found(index, subject) == rows, subject
 
 
-def test_a_pod_summary_round_trips_through_deltas():
-    """Changes a delta must carry: a key that goes, a fields set that changes, 1 after true,
-    a number as written after the string it is stored as."""
-    pod = ("pod:ns/p", "uid:u")
-    fields = {"phase": "Pending", "nodeName": None, "deletionTimestamp": None, "annotations": {}, "requests": {}}
-    summaries: list[dict[str, Any]] = [
-        {"op": "ADDED", "kind": "Pod", "name": "p", "reason": "r", "fields": fields},
-        {"op": "MODIFIED", "kind": "Pod", "name": "p", "fields": {**fields, "annotations": {"a": True}}},
-        {"op": "MODIFIED", "kind": "Pod", "name": "p", "fields": {**fields, "annotations": {"a": 1}}},
-        {"op": "MODIFIED", "kind": "Pod", "name": "p", "fields": {}},
-        {"op": "MODIFIED", "kind": "Pod", "name": "p", "fields": {**fields, "requests": {"c": {"cpu": "0.5"}}}},
-        {"op": "MODIFIED", "kind": "Pod", "name": "p", "fields": {**fields, "requests": {"c": {"cpu": "0.5"}}}},
-        {"op": "MODIFIED", "kind": "Pod", "name": "p", "fields": {**fields, "requests": {"c": {"cpu": "0.5"}}}},
-    ]
-    summaries[5]["fields"]["requests"] = {"c": {"cpu": NumberLiteral("0.5")}}  # the same once stored
-    rows = [Row(BLOCK_RECORDS + n, START_MS, s["op"], pod, s) for n, s in enumerate(summaries)]
-    block = Block(BLOCK_RECORDS, encode_block(rows))
-    back = [block.summary(n) for n in range(len(block))]
-    assert back == json.loads(json.dumps(summaries, default=lambda n: n.text))
-    assert [block.row(n).subjects for n in range(len(block))] == [pod] * len(rows)
-    assert block.about({"uid:u", "node:x"}) == list(range(len(rows)))
+def test_a_block_keeps_the_records_and_what_only_the_fold_knew(generated: Folded):
+    """Outcomes other than "applied", pod contexts (a BIND's, a BIND_GROUP's) and the messages'
+    bytes come back from a block as they went in."""
+    chunk = generated[2 * BLOCK_RECORDS : 3 * BLOCK_RECORDS]
+    assert {k.outcome.result for k in chunk} > {"applied"} and any(k.context for k in chunk)
+    block = Block(2 * BLOCK_RECORDS, encode_block(generated.records(2 * BLOCK_RECORDS, 3 * BLOCK_RECORDS)))
+    assert [block.kept(n) for n in range(len(block))] == chunk
+    assert [block.row(n).subjects for n in range(len(block))] == [e.subjects for e in generated.seen[2048:3072]]
+    assert block.records() == generated.records(2 * BLOCK_RECORDS, 3 * BLOCK_RECORDS)
 
 
 def test_the_upgrade_drops_the_old_index_and_has_it_rebuilt(url: str):
-    """0003 drops the per-record tables and sets every log back to 0: `strata project` refolds."""
+    """0003 drops the per-record tables and 0004 the summaries' blocks, each setting every log
+    back to 0: `strata project` refolds."""
     from alembic import command
     from sqlalchemy import inspect, text
 
@@ -207,7 +215,7 @@ def test_the_upgrade_drops_the_old_index_and_has_it_rebuilt(url: str):
         store = SqlCheckpointStore(url)  # opening a store upgrades to the head
         index = AuditIndex(store.engine)
         assert index.indexed_to(LOG) == 0
-        index.write(LOG, folded((CONFORMANCE / "c01.jsonl").read_bytes()), 5)
+        index.write(LOG, folded((CONFORMANCE / "c01.jsonl").read_bytes()).records(), 5)
         store.close()
         with engine.connect() as conn:
             tables = set(inspect(conn).get_table_names())
@@ -215,5 +223,31 @@ def test_the_upgrade_drops_the_old_index_and_has_it_rebuilt(url: str):
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
             assert conn.execute(text("SELECT indexed_to FROM audit_logs")).scalars().all() == [0]
+    finally:
+        engine.dispose()
+
+
+def test_0004_forgets_the_summaries_blocks(url: str):
+    """Blocks of summaries (0003's format) are deleted and every log set back to 0."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from strata.projector.sqlstore import alembic_config, open_engine
+
+    engine = open_engine(url)
+    try:
+        with engine.begin() as conn:
+            command.upgrade(alembic_config(conn), "0003")
+            conn.execute(text("INSERT INTO audit_logs (topic, cluster_id, fold, indexed_to) VALUES ('t', 'c', 'f', 9)"))
+            conn.execute(text("INSERT INTO audit_blocks VALUES (1, 0, 8, 0, 0, :data)"), {"data": b"old"})
+            conn.execute(text("INSERT INTO audit_postings VALUES (1, 7, 0)"))
+        store = SqlCheckpointStore(url)
+        try:
+            assert AuditIndex(store.engine).indexed_to(LOG) == 0
+        finally:
+            store.close()
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM audit_blocks")).scalar_one() == 0
+            assert conn.execute(text("SELECT count(*) FROM audit_postings")).scalar_one() == 0
     finally:
         engine.dispose()

@@ -38,6 +38,7 @@ from strata.schemas import (
     Bind,
     BindFailed,
     CodecError,
+    EncodeError,
     EvictFailed,
     MalformedBody,
     NotSingleObject,
@@ -105,8 +106,8 @@ def fold_one(state: CacheState, line: bytes) -> Outcome:
     outcome = fold_line(state, line)
     assert isinstance(outcome, Outcome) and outcome.result in RESULTS, outcome
     assert state.version == before + 1
-    if record is not None:
-        _audited(state, record, outcome, ctx)
+    if record is not None:  # fold_line applies the line's parsed object, not ``record``: parse it alike
+        _audited(state, record, outcome, ctx, _parsed(record))
     return outcome
 
 
@@ -116,13 +117,29 @@ def apply_one(state: CacheState, record: Any) -> Outcome:
     outcome = state.apply(record)
     assert isinstance(outcome, Outcome) and outcome.result in RESULTS, outcome
     assert state.version == before + 1
-    _audited(state, record, outcome, ctx)
+    _audited(state, record, outcome, ctx, state.last_object)
     return outcome
 
 
-def _audited(state: CacheState, record: Any, outcome: Outcome, ctx: Any) -> None:
-    """The record's audit entry can be stored (``strata project`` writes one for every record)."""
-    entry = audit.entry(state.version - 1, 0, record, outcome, ctx, state.last_object)
+def _parsed(record: Any) -> Any:
+    if not isinstance(record, WatchEvent):
+        return None
+    try:
+        return objectjson.loads(record.object)
+    except ValueError:
+        return None
+
+
+def _audited(state: CacheState, record: Any, outcome: Outcome, ctx: Any, obj: Any) -> None:
+    """The record's audit entry can be kept and read back, under the subjects the fold gave it
+    (``strata project`` keeps one for every record it reads from the log: one the log can hold)."""
+    subjects = audit.subjects(record, ctx, obj)
+    try:
+        value = encode(record)
+    except EncodeError:
+        return  # no log holds it
+    entry = audit.described(audit.Kept(state.version - 1, 0, value, outcome, ctx))
+    assert entry.subjects == subjects
     assert isinstance(_SUMMARY(entry.summary), str)
 
 

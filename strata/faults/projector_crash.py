@@ -92,7 +92,7 @@ def check_kill(k: Kill, checkpoints: dict[int, str]) -> Verdict:
     when killed after its first checkpoint, and had not reached the end."""
     verdict = Verdict()
     if k.restored is not None and k.restored != k.before:
-        # the audit index is written before each checkpoint, so the newest one is always usable
+        # a checkpoint is stored only once the audit index holds its records: the newest is always usable
         verdict.problem(f"run {k.run}: restored version {k.restored}, not the newest checkpoint {k.before}")
     missing = [v for v in k.written if v not in checkpoints]
     if missing:

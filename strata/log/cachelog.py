@@ -172,6 +172,7 @@ class LogEntry:
     offset: int
     timestamp_ms: int
     record: LogRecord
+    value: bytes = b""  # the message as the log holds it (the audit index keeps it so); b"": not read from a log
 
 
 # LogEntry(...) stores each field through object.__setattr__ (frozen): the same stores through
@@ -180,14 +181,16 @@ _new_entry = object.__new__
 _set_offset = LogEntry.__dict__["offset"].__set__
 _set_timestamp = LogEntry.__dict__["timestamp_ms"].__set__
 _set_record = LogEntry.__dict__["record"].__set__
+_set_value = LogEntry.__dict__["value"].__set__
 
 
-def _log_entry(offset: int, timestamp_ms: int, record: LogRecord) -> LogEntry:
-    """``LogEntry(offset, timestamp_ms, record)``, sooner."""
+def _log_entry(offset: int, timestamp_ms: int, record: LogRecord, value: bytes) -> LogEntry:
+    """``LogEntry(offset, timestamp_ms, record, value)``, sooner."""
     e = _new_entry(LogEntry)
     _set_offset(e, offset)
     _set_timestamp(e, timestamp_ms)
     _set_record(e, record)
+    _set_value(e, value)
     return e
 
 
@@ -354,7 +357,7 @@ class CacheLogReader:
                 record = fast(value)
                 if record is not None and type(record) in _LOG_CLASSES:
                     stats.records += 1
-                    yield _log_entry(offset, msg.timestamp()[1], cast(LogRecord, record))
+                    yield _log_entry(offset, msg.timestamp()[1], cast(LogRecord, record), value)
                     continue
             yield self.entry(msg)
 
@@ -368,7 +371,7 @@ class CacheLogReader:
         record, reason, message = classify(value)
         if record is None:
             record = self._bad(value, offset, reason, message)
-        return LogEntry(offset, msg.timestamp()[1], record)
+        return LogEntry(offset, msg.timestamp()[1], record, value)
 
     def _valid(self, batch: list[Message]) -> tuple[list[Message], StrataError | None]:
         """The batch's messages without its events, up to an error that is one (and that error)."""

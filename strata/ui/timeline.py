@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from strata.log.cachelog import CacheLogReader, LogEntry
 from strata.log.errors import StrataError
 from strata.projector import audit
-from strata.projector.auditstore import AuditIndex
+from strata.projector.auditstore import AuditIndex, Records
+from strata.projector.auditwriter import value_of
 from strata.projector.gctune import freeze_kept
 from strata.projector.runner import LogRunner
 from strata.projector.snapshot import Snapshot
@@ -173,7 +174,8 @@ class Timeline:
                 freeze_kept(state.version)  # the live state's newer objects
             self._changed.notify_all()
         if writes is not None:
-            writes.add(audit.entry(entry.offset, entry.timestamp_ms, entry.record, outcome, ctx, state.last_object))
+            kept = audit.Kept(entry.offset, entry.timestamp_ms, value_of(entry), outcome, ctx)
+            writes.add(kept, audit.subjects(entry.record, ctx, state.last_object))
 
     @property
     def live_version(self) -> int:
@@ -457,13 +459,15 @@ class _IndexWrites:
     def __init__(self, runner: LogRunner, index: AuditIndex) -> None:
         self.runner = runner
         self.index = index
-        self.pending: list[audit.AuditEntry] = []
+        self.pending: list[audit.Kept] = []
+        self.subjects: list[tuple[str, ...]] = []
         self.written_at = time.monotonic()
         self.enabled = True
 
-    def add(self, entry: audit.AuditEntry) -> None:
+    def add(self, entry: audit.Kept, subjects: tuple[str, ...]) -> None:
         if self.enabled:
             self.pending.append(entry)
+            self.subjects.append(subjects)
 
     def tend(self, version: int, idle: bool) -> None:
         now = time.monotonic()
@@ -471,11 +475,11 @@ class _IndexWrites:
             return
         self.written_at = now
         try:
-            self.index.write(self.runner.identity, self.pending, upto=version)
+            self.index.write(self.runner.identity, Records.of(self.pending, self.subjects), upto=version)
         except Exception as exc:  # the database is away or locked: try again with the next batch
             LOG.warning("the audit index refused %d entries: %s", len(self.pending), exc)
             if len(self.pending) > INDEX_BACKLOG:
                 LOG.error("the UI stops writing the audit index (%d entries waiting)", len(self.pending))
-                self.pending, self.enabled = [], False
+                self.pending, self.subjects, self.enabled = [], [], False
             return
-        self.pending = []
+        self.pending, self.subjects = [], []

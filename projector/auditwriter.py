@@ -1,0 +1,381 @@
+"""The audit index's writer: a process of its own, fed by the fold as it goes.
+
+The fold's thread keeps, per record, references it holds already (``audit.Kept``: the message
+as the log holds it, the stamp, the fold's outcome and pod context) and the record's subjects
+(``audit.subjects``), and every block's worth of records (``BLOCK_RECORDS`` offsets) packs them
+into one frame for the writer: the messages joined into one bytes, the stamps and sizes as
+arrays, the subjects, and the few records whose outcome is not a plain "applied" or that carry
+a pod context. Nothing kept is an object the collector walks for long, and no fork copies the
+fold's pages for the audit. The writer decodes nothing: it stores blocks and postings in one
+transaction for what it has read, and answers with how far the index goes.
+
+    fold (AuditFeed)  --frames-->  python -m strata.projector.auditwriter  --acks-->  fold
+
+The feed keeps every frame until the writer acknowledges it: a writer that dies is started again
+and given them anew (what the index holds already is skipped). A writer that cannot write (the
+database is away) tries again; once ``backlog`` records wait unacknowledged the fold waits for it,
+so memory stays bounded. The writer dies with its parent (PR_SET_PDEATHSIG), so a killed projector
+leaves a rolled-back transaction, never a late write.
+
+Frames are length-prefixed MessagePack on the writer's stdin; acknowledgements are 8-byte
+little-endian versions on its stdout. The first frame is the writer's settings, the database URL
+among them: never on its command line, where ``ps`` would show a password.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from array import array
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from strata.projector.audit import Context
+from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records, plain_context
+from strata.projector.checkpoint import LogIdentity
+from strata.projector.gctune import tune_for_fold
+from strata.projector.state import Outcome
+from strata.projector.writer import die_with
+from strata.schemas import BadRecord, encode
+
+if TYPE_CHECKING:
+    from strata.log.cachelog import LogEntry
+
+LOG = logging.getLogger("strata.projector")
+BACKLOG = 64 * BLOCK_RECORDS  # records sent and not yet acknowledged before the fold waits
+FRAMES_PER_WRITE = 32  # frames (of BLOCK_RECORDS records) one transaction stores, at most
+GATHER_S = 0.5  # a transaction stores what came once no frame came for this long
+RETRY_S = 1.0  # a writer that failed to write tries again this much later
+_PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged F_SETPIPE_SZ
+_F_SETPIPE_SZ = 1031
+_LENGTH = 4
+_ACK = 8
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder().decode
+
+
+# ------------------------------------------------------------------------------------ frames
+class Frame(msgspec.Struct, array_like=True):
+    """What the fold sends: records (none: a request to store what came before now), the version
+    the index reaches once they are stored, and whether the fold waits for that (``urgent``:
+    else the writer gathers frames into larger transactions)."""
+
+    upto: int
+    urgent: bool
+    records: Records
+
+
+read_frame = msgspec.msgpack.Decoder(Frame).decode  # a frame's payload (after its length)
+
+
+def value_of(entry: LogEntry) -> bytes:
+    """The bytes the index keeps of a log entry: its message as the log holds it, or (a bad
+    message's bytes being no record, or an entry not read from a log) the record re-encoded."""
+    if entry.value and type(entry.record) is not BadRecord:
+        return entry.value
+    return encode(entry.record)
+
+
+class Packer:
+    """The records of the frame being filled (the fold's side: a few appends a record)."""
+
+    def __init__(self) -> None:
+        self.first = -1
+        self.values: list[bytes] = []
+        self.stamps = array("q")
+        self.subjects: list[tuple[str, ...]] = []
+        self.exceptions: list[tuple[int, str, str, Any]] = []
+
+    def add(
+        self, offset: int, time_ms: int, value: bytes, outcome: Outcome, ctx: Context, subjects: tuple[str, ...]
+    ) -> None:
+        values = self.values
+        if not values:
+            self.first = offset
+        if ctx is not None or outcome.result != "applied" or outcome.reason:
+            self.exceptions.append((len(values), outcome.result, outcome.reason, plain_context(ctx)))
+        values.append(value)
+        self.stamps.append(time_ms)
+        self.subjects.append(subjects)
+
+    def seal(self, upto: int, urgent: bool) -> bytes:
+        """The frame of what was added since the last seal (maybe nothing), with its length."""
+        sizes = array("I", map(len, self.values)).tobytes()
+        first = self.first if self.values else upto
+        records = (first, self.stamps.tobytes(), sizes, b"".join(self.values), self.subjects, self.exceptions)
+        payload = _encode((upto, urgent, records))
+        self.values, self.stamps, self.subjects, self.exceptions = [], array("q"), [], []
+        return len(payload).to_bytes(_LENGTH, "little") + payload
+
+    @property
+    def end(self) -> int | None:
+        """The offset after the last record added, or None when none was."""
+        return self.first + len(self.values) if self.values else None
+
+
+# -------------------------------------------------------------------------------- the fold's side
+class AuditFeed:
+    """The fold's end: a writer process, the frames it has not acknowledged, the one filling."""
+
+    def __init__(self, url: str, log: LogIdentity, indexed: int) -> None:
+        self.url = url
+        self.log = log
+        self.indexed = indexed  # the index holds records 0 .. indexed - 1
+        self.packer = Packer()
+        self.restarts = 0
+        self._unacked: deque[tuple[int, bytes]] = deque()  # (upto, frame), oldest first
+        self._outbox: deque[memoryview] = deque()  # what the writer has not been sent yet
+        self._acks = b""
+        self._process: subprocess.Popen[bytes] | None = None
+        self._start()
+
+    def add(
+        self, offset: int, time_ms: int, value: bytes, outcome: Outcome, ctx: Context, subjects: tuple[str, ...]
+    ) -> None:
+        """Keep one record (after the fold applied it); a block's last record seals a frame."""
+        if offset >= self.indexed:  # a restart from an older checkpoint folds indexed records again
+            self.packer.add(offset, time_ms, value, outcome, ctx, subjects)
+            if (offset + 1) % BLOCK_RECORDS == 0:
+                self._send_frame(offset + 1, urgent=False)
+
+    def seal(self) -> None:
+        """Have what was added so far stored now (the fold is idle, or stops), not with the next
+        larger transaction."""
+        end = self.packer.end
+        if end is not None or self.backlog:
+            self._send_frame(end if end is not None else self._unacked[-1][0], urgent=True)
+
+    def _send_frame(self, upto: int, urgent: bool) -> None:
+        frame = self.packer.seal(upto, urgent)
+        self._unacked.append((upto, frame))
+        self._outbox.append(memoryview(frame))
+        self.pump()
+
+    @property
+    def backlog(self) -> int:
+        """Records sent (or to be sent) that the writer has not acknowledged."""
+        return self._unacked[-1][0] - self.indexed if self._unacked else 0
+
+    def pipes(self) -> list[int]:
+        """The file descriptors of this end of the writer's pipes (for a forked child to close)."""
+        process = self._process
+        if process is None or process.stdin is None or process.stdout is None:
+            return []
+        return [process.stdin.fileno(), process.stdout.fileno()]
+
+    def pump(self) -> None:
+        """Send what the pipe takes and read the acknowledgements there are, without waiting."""
+        try:
+            self._send()
+            self._read_acks()
+        except (BrokenPipeError, ConnectionResetError, EOFError):
+            self._restart()
+
+    def wait(self, below: int = BACKLOG) -> float:
+        """Wait until fewer than ``below`` records are unacknowledged; the seconds waited."""
+        started = time.perf_counter()
+        if self.backlog + len(self.packer.values) >= max(below, 1):
+            self.seal()  # the writer stores what it gathered now, not once its transaction is full
+        while self.backlog >= max(below, 1):
+            assert self._process is not None and self._process.stdin is not None and self._process.stdout is not None
+            writing = [self._process.stdin] if self._outbox else []
+            select.select([self._process.stdout], writing, [], 1.0)
+            self.pump()
+        return time.perf_counter() - started
+
+    def drain(self) -> float:
+        """Wait until the writer has stored everything added (the frame being filled too)."""
+        return self.wait(below=1)
+
+    def close(self) -> None:
+        """Stop the writer (after ``drain``: what it has not stored is left for the next fold)."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.close()  # its end of input: it exits
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+
+    # ------------------------------------------------------------------------------ internals
+    def _start(self) -> None:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "strata.projector.auditwriter"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        for end in (process.stdin, process.stdout):
+            _widen(end.fileno())
+        os.set_blocking(process.stdin.fileno(), False)
+        os.set_blocking(process.stdout.fileno(), False)
+        log = [self.log.topic, self.log.cluster_id, self.log.fold]
+        settings = {"url": self.url, "log": log, "parent": os.getpid()}
+        hello = _encode(settings)
+        self._process = process
+        self._outbox.clear()
+        self._outbox.append(memoryview(len(hello).to_bytes(_LENGTH, "little") + hello))
+        self._outbox.extend(memoryview(frame) for _, frame in self._unacked)
+        self._acks = b""
+
+    def _restart(self) -> None:
+        process = self._process
+        code = process.poll() if process is not None else None
+        if process is not None and code is None:
+            process.kill()
+        if process is not None:
+            process.wait()
+        self.restarts += 1
+        LOG.error(
+            "the audit index's writer stopped (exit %s); starting another, %d record(s) to send again",
+            code,
+            self.backlog,
+        )
+        self._start()
+
+    def _send(self) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        fd = self._process.stdin.fileno()
+        while self._outbox:
+            head = self._outbox[0]
+            try:
+                written = os.write(fd, head)
+            except BlockingIOError:
+                return
+            if written < len(head):
+                self._outbox[0] = head[written:]
+                return
+            self._outbox.popleft()
+
+    def _read_acks(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        while True:
+            try:
+                data = os.read(fd, 4096)
+            except BlockingIOError:
+                break
+            if not data:
+                raise EOFError("the writer closed its output")
+            self._acks += data
+        whole = len(self._acks) - len(self._acks) % _ACK
+        for i in range(0, whole, _ACK):
+            self.indexed = max(self.indexed, int.from_bytes(self._acks[i : i + _ACK], "little"))
+        self._acks = self._acks[whole:]
+        while self._unacked and self._unacked[0][0] <= self.indexed:
+            self._unacked.popleft()
+
+
+def _widen(fd: int) -> None:
+    """Give the pipe a frame's room (64 KiB by default); the kernel may refuse: not needed."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BYTES)
+
+
+# ------------------------------------------------------------------------------- the writer
+def _frames(fd: int, buffer: bytearray) -> Iterator[list[Frame]]:
+    """The frames on ``fd`` to store in one transaction: FRAMES_PER_WRITE of them, or fewer when
+    one is urgent, when none came for GATHER_S, or at the end of input."""
+    frames: list[Frame] = []
+    while True:
+        payload = _take(buffer)
+        if payload is not None:
+            frames.append(read_frame(payload))
+            if frames[-1].urgent or len(frames) >= FRAMES_PER_WRITE:
+                yield frames
+                frames = []
+            continue
+        if frames and not select.select([fd], [], [], GATHER_S)[0]:
+            yield frames  # the fold went quiet: what came is stored now
+            frames = []
+            continue
+        data = os.read(fd, 1 << 20)
+        if not data:
+            if frames:
+                yield frames
+            return
+        buffer += data
+
+
+def _take(buffer: bytearray) -> bytes | None:
+    if len(buffer) < _LENGTH:
+        return None
+    size = int.from_bytes(buffer[:_LENGTH], "little")
+    if len(buffer) < _LENGTH + size:
+        return None
+    frame = bytes(buffer[_LENGTH : _LENGTH + size])
+    del buffer[: _LENGTH + size]
+    return frame
+
+
+def run(stdin: int, stdout: int) -> None:
+    """The writer's loop: the settings, then frames until the end of input."""
+    from strata.projector.sqlstore import SqlCheckpointStore
+
+    buffer = bytearray()
+    while (hello := _take(buffer)) is None:
+        data = os.read(stdin, 1 << 16)
+        if not data:
+            return  # the fold stopped before it said anything
+        buffer += data
+    settings = _decode(hello)
+    die_with(settings["parent"])
+    store = SqlCheckpointStore(settings["url"])
+    index, log = AuditIndex(store.engine), LogIdentity(*settings["log"])
+    stored = upto = 0
+    try:
+        for frames in _frames(stdin, buffer):
+            upto = max(frame.upto for frame in frames)
+            records = Records.joined([frame.records for frame in frames])
+            _write(index, log, records, upto)
+            os.write(stdout, upto.to_bytes(_ACK, "little"))
+            stored += len(records)
+    finally:
+        store.close()
+        LOG.info("stored %d records up to version %d in %.1f s of CPU", stored, upto, time.process_time())
+
+
+def _write(index: AuditIndex, log: LogIdentity, records: Records, upto: int) -> None:
+    """Store, trying again until it works: the fold keeps the frames and waits once too many wait."""
+    failures = 0
+    while True:
+        try:
+            index.write(log, records, upto)
+            return
+        except Exception as exc:  # the database away, a lock held too long: the next try may work
+            failures += 1
+            if failures == 1 or failures % 60 == 0:
+                LOG.error("could not store up to version %d (try %d): %s", upto, failures, exc)
+            time.sleep(RETRY_S)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="strata: %(name)s: the audit writer: %(message)s")
+    level = os.environ.get("STRATA_LOG_LEVEL", "").upper()  # as the command that started it
+    if level in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        logging.getLogger("strata").setLevel(level)
+    # Ctrl-C and a signal to the process group reach the writer too: the fold stops it, once it
+    # has drained (its end of input), or its death does (PR_SET_PDEATHSIG)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    tune_for_fold()  # a record's entry makes a few containers and no cycles, as the fold's do
+    run(sys.stdin.fileno(), sys.stdout.fileno())
+
+
+if __name__ == "__main__":
+    main()
