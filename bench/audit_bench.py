@@ -51,6 +51,7 @@ from strata.projector import audit
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records
 from strata.projector.auditwriter import Packer, read_frame
 from strata.projector.checkpoint import LogIdentity
+from strata.projector.gctune import tune_for_fold
 from strata.projector.kinds import GROUP_NAME
 from strata.projector.sqlstore import SqlCheckpointStore, normalize_url
 from strata.projector.state import CacheState
@@ -71,6 +72,7 @@ def main() -> None:
     parser.add_argument("--trace", type=Path, help="an existing trace instead of generating one")
     parser.add_argument("--project", action="store_true", help="also time `strata project` through Kafka")
     args = parser.parse_args()
+    tune_for_fold()  # the collector's settings of the fold and of the writer process
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         trace = args.trace or Path(tmp) / "gen.jsonl"
