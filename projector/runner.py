@@ -167,26 +167,7 @@ class LogRunner:
             progress = Progress(state.version, end)
             FOLLOWING.end, FOLLOWING.version = end, state.version
             run = _Following(self, state, feed, audit_index, digests, progress, every_records, every_seconds)
-            last_report = last_end = time.monotonic()
-            idle_at = -1
-            for entry in self.reader.follow(state.version, stop):
-                if entry is not None:
-                    run.apply(entry)
-                elif idle_at != state.version:
-                    idle_at = state.version
-                    LOG.info("idle at version %d", state.version)
-                now = time.monotonic()
-                run.tend(now, idle=entry is None)
-                if on_request is not None:
-                    on_request.tend(state)
-                if now - last_end >= 1.0:
-                    progress.end = FOLLOWING.end = max(self._end_or(progress.end), state.version)
-                    last_end = now
-                    if health is not None:
-                        health.beat()
-                if now - last_report >= report_seconds:
-                    report(progress)
-                    last_report = now
+            self._loop(run, stop, report, report_seconds, health, on_request)
             run.finish()
             if digests is not None:
                 digests.drain()
@@ -196,6 +177,38 @@ class LogRunner:
         finally:
             if feed is not None:
                 feed.close()  # after an error: what it has not stored is left for the next fold
+
+    def _loop(
+        self,
+        run: _Following,
+        stop: threading.Event,
+        report: Callable[[Progress], None],
+        report_seconds: float,
+        health: Health | None,
+        on_request: SnapshotOnRequest | None,
+    ) -> None:
+        """Each record as it arrives, and between records the bookkeeping, until ``stop``."""
+        state, progress = run.state, run.progress
+        last_report = last_end = time.monotonic()
+        idle_at = -1
+        for entry in self.reader.follow(state.version, stop):
+            if entry is not None:
+                run.apply(entry)
+            elif idle_at != state.version:
+                idle_at = state.version
+                LOG.info("idle at version %d", state.version)
+            now = time.monotonic()
+            run.tend(now, idle=entry is None)
+            if on_request is not None:
+                on_request.tend(state)
+            if now - last_end >= 1.0:
+                progress.end = FOLLOWING.end = max(self._end_or(progress.end), state.version)
+                last_end = now
+                if health is not None:
+                    health.beat()
+            if now - last_report >= report_seconds:
+                report(progress)
+                last_report = now
 
 
 class SnapshotOnRequest:
