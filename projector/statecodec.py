@@ -38,7 +38,8 @@ class StateFormatError(ValueError):
 
 
 def _rows(m: CowMap[Any, Any] | dict[Any, Any]) -> list[Any]:
-    return [[k, list(v) if isinstance(v, tuple) else v] for k, v in sorted(m.items())]
+    # MessagePack writes a tuple (a view's NamedTuple too) as the array a list makes: no copies
+    return sorted(m.items())
 
 
 def encode(state: CacheState, fragments: Fragments | None = None) -> bytes:
@@ -60,16 +61,16 @@ def encode(state: CacheState, fragments: Fragments | None = None) -> bytes:
 
 def _document(state: CacheState) -> dict[str, Any]:
     tasks = []
+    pods, pod_uids = state.pods, state.pod_uids
     for uid, task in sorted(state.tasks.items()):
         # most tasks are their pod's derivation: write a reference, not a copy
-        base = state.pods.get(state.pod_uids[uid])
-        tasks.append([uid, None if base is task else list(task)])
+        tasks.append((uid, None if pods.get(pod_uids[uid]) is task else task))
     return {
         "config": {"schedulerNames": list(state.config.scheduler_names), "defaultQueue": state.config.default_queue},
         "version": state.version,
-        "pods": [[list(k), list(v)] for k, v in sorted(state.pods.items())],
+        "pods": sorted(state.pods.items()),
         "tasks": tasks,
-        "overlays": [[uid, overlay, origin] for uid, (overlay, origin) in sorted(state.overlays.items())],
+        "overlays": [(uid, *overlay) for uid, overlay in sorted(state.overlays.items())],
         "nodeUsed": _rows(state.node_used),
         "nodes": [[k, _node_row(v)] for k, v in sorted(state.nodes.items())],
         "nodeSeq": _rows(state.node_seq),
