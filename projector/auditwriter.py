@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import logging
+import math
 import os
 import select
 import signal
@@ -35,11 +37,12 @@ import sys
 import time
 from array import array
 from collections import deque
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from strata.log.errors import StrataError
 from strata.projector.audit import Context
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records, plain_context
 from strata.projector.checkpoint import LogIdentity
@@ -52,10 +55,13 @@ if TYPE_CHECKING:
     from strata.log.cachelog import LogEntry
 
 LOG = logging.getLogger("strata.projector")
+T = TypeVar("T")
 BACKLOG = 64 * BLOCK_RECORDS  # records sent and not yet acknowledged before the fold waits
 FRAMES_PER_WRITE = 32  # frames (of BLOCK_RECORDS records) one transaction stores, at most
 GATHER_S = 0.5  # a transaction stores what came once no frame came for this long
 RETRY_S = 1.0  # a writer that failed to write tries again this much later
+CLOSE_S = 10.0  # after its end of input, the longest a writer is given to finish its transaction
+FAILURES_IN_A_ROW = 5  # writers that stop before they store anything, before the fold gives up
 _PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged F_SETPIPE_SZ
 _F_SETPIPE_SZ = 1031
 _LENGTH = 4
@@ -127,6 +133,8 @@ class Packer:
 class AuditFeed:
     """The fold's end: a writer process, the frames it has not acknowledged, the one filling."""
 
+    COMMAND = (sys.executable, "-m", "strata.projector.auditwriter")
+
     def __init__(self, url: str, log: LogIdentity, indexed: int) -> None:
         self.url = url
         self.log = log
@@ -137,6 +145,8 @@ class AuditFeed:
         self._outbox: deque[memoryview] = deque()  # what the writer has not been sent yet
         self._acks = b""
         self._process: subprocess.Popen[bytes] | None = None
+        self._failures = 0  # writers in a row that stopped before they acknowledged anything
+        self._acked_since_start = 0
         self._start()
 
     def add(
@@ -181,21 +191,23 @@ class AuditFeed:
         except (BrokenPipeError, ConnectionResetError, EOFError):
             self._restart()
 
-    def wait(self, below: int = BACKLOG) -> float:
-        """Wait until fewer than ``below`` records are unacknowledged; the seconds waited."""
+    def wait(self, below: int = BACKLOG, timeout_s: float = math.inf) -> float:
+        """Wait until fewer than ``below`` records are unacknowledged (or ``timeout_s`` has
+        passed); the seconds waited."""
         started = time.perf_counter()
         if self.backlog + len(self.packer.values) >= max(below, 1):
             self.seal()  # the writer stores what it gathered now, not once its transaction is full
-        while self.backlog >= max(below, 1):
+        while self.backlog >= max(below, 1) and time.perf_counter() - started < timeout_s:
             assert self._process is not None and self._process.stdin is not None and self._process.stdout is not None
             writing = [self._process.stdin] if self._outbox else []
             select.select([self._process.stdout], writing, [], 1.0)
             self.pump()
         return time.perf_counter() - started
 
-    def drain(self) -> float:
-        """Wait until the writer has stored everything added (the frame being filled too)."""
-        return self.wait(below=1)
+    def drain(self, timeout_s: float = math.inf) -> float:
+        """Wait until the writer has stored everything added (the frame being filled too), or
+        ``timeout_s`` has passed (then ``backlog`` says what it has not)."""
+        return self.wait(below=1, timeout_s=timeout_s)
 
     def close(self) -> None:
         """Stop the writer (after ``drain``: what it has not stored is left for the next fold)."""
@@ -205,7 +217,7 @@ class AuditFeed:
         assert process.stdin is not None and process.stdout is not None
         process.stdin.close()  # its end of input: it exits
         try:
-            process.wait(30)
+            process.wait(CLOSE_S)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -214,7 +226,7 @@ class AuditFeed:
     # ------------------------------------------------------------------------------ internals
     def _start(self) -> None:
         process = subprocess.Popen(
-            [sys.executable, "-m", "strata.projector.auditwriter"],
+            list(self.COMMAND),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,
@@ -232,6 +244,7 @@ class AuditFeed:
         self._outbox.append(memoryview(len(hello).to_bytes(_LENGTH, "little") + hello))
         self._outbox.extend(memoryview(frame) for _, frame in self._unacked)
         self._acks = b""
+        self._acked_since_start = 0
 
     def _restart(self) -> None:
         process = self._process
@@ -241,6 +254,12 @@ class AuditFeed:
         if process is not None:
             process.wait()
         self.restarts += 1
+        self._failures = self._failures + 1 if self._acked_since_start == 0 else 1
+        if self._failures >= FAILURES_IN_A_ROW:
+            raise StrataError(
+                f"the audit index's writer stopped {self._failures} times in a row before it stored anything "
+                f"(exit {code}; its errors are above); `strata project --no-audit` folds without it"
+            )
         LOG.error(
             "the audit index's writer stopped (exit %s); starting another, %d record(s) to send again",
             code,
@@ -274,6 +293,7 @@ class AuditFeed:
                 raise EOFError("the writer closed its output")
             self._acks += data
         whole = len(self._acks) - len(self._acks) % _ACK
+        self._acked_since_start += whole // _ACK
         for i in range(0, whole, _ACK):
             self.indexed = max(self.indexed, int.from_bytes(self._acks[i : i + _ACK], "little"))
         self._acks = self._acks[whole:]
@@ -335,14 +355,14 @@ def run(stdin: int, stdout: int) -> None:
         buffer += data
     settings = _decode(hello)
     die_with(settings["parent"])
-    store = SqlCheckpointStore(settings["url"])
+    store = _retried("open the database", lambda: SqlCheckpointStore(settings["url"]))
     index, log = AuditIndex(store.engine), LogIdentity(*settings["log"])
     stored = upto = 0
     try:
         for frames in _frames(stdin, buffer):
             upto = max(frame.upto for frame in frames)
             records = Records.joined([frame.records for frame in frames])
-            _write(index, log, records, upto)
+            _retried(f"store up to version {upto}", functools.partial(index.write, log, records, upto))
             os.write(stdout, upto.to_bytes(_ACK, "little"))
             stored += len(records)
     finally:
@@ -350,17 +370,17 @@ def run(stdin: int, stdout: int) -> None:
         LOG.info("stored %d records up to version %d in %.1f s of CPU", stored, upto, time.process_time())
 
 
-def _write(index: AuditIndex, log: LogIdentity, records: Records, upto: int) -> None:
-    """Store, trying again until it works: the fold keeps the frames and waits once too many wait."""
+def _retried(what: str, attempt: Callable[[], T]) -> T:
+    """``attempt()``, tried again until it works: the database away, a lock held too long. The
+    fold keeps the frames meanwhile and waits once too many wait."""
     failures = 0
     while True:
         try:
-            index.write(log, records, upto)
-            return
-        except Exception as exc:  # the database away, a lock held too long: the next try may work
+            return attempt()
+        except Exception as exc:
             failures += 1
             if failures == 1 or failures % 60 == 0:
-                LOG.error("could not store up to version %d (try %d): %s", upto, failures, exc)
+                LOG.error("could not %s (try %d): %s", what, failures, exc)
             time.sleep(RETRY_S)
 
 

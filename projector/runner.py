@@ -51,6 +51,7 @@ CHECK_ALWAYS_BELOW = 100 * TEND_EVERY
 # CHECKPOINT_REST times as long as the last one took, so checkpoints take at most a quarter of it
 # (a catch-up at 40k records/s would otherwise checkpoint back to back).
 CHECKPOINT_REST = 3.0
+DRAIN_S = 20.0  # on stop, the longest the fold waits for the audit index's writer (Kubernetes gives 30 s)
 assert FREEZE_EVERY % SETTLE_EVERY == 0, "tend's full pass must come at every version the follower freezes at"
 ALL_KINDS = KIND_NAMES  # what a follower waits to see SYNCED before it is ready, unless told fewer
 
@@ -382,11 +383,20 @@ class _Following:
                 _export_checkpoint(job.stored)
 
     def finish(self) -> None:
-        """Wait for the writers, then write a checkpoint at the final version."""
+        """Wait for the writers, then write a checkpoint at the final version, once the audit
+        index holds it: a checkpoint ahead of the index would be restored from by nobody."""
         if self.writer.busy:
             self._collected(*self.writer.wait(), time.monotonic())
         if self.feed is not None:
-            self.progress.writer_waits_s += self.feed.drain()
+            self.progress.writer_waits_s += self.feed.drain(timeout_s=DRAIN_S)
             self.feed.close()
+            if self.feed.backlog:
+                LOG.error(
+                    "the audit index's writer did not store the last %d record(s) within %.0f s: no final "
+                    "checkpoint (the next projector starts from the one the index covers)",
+                    self.feed.backlog,
+                    DRAIN_S,
+                )
+                return
         if self.state.version not in (self.writer.saved, self.restored):
             self._collected(*self.writer.write_here(self.state), time.monotonic())

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from strata.log.errors import StrataError
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex
 from strata.projector.auditwriter import AuditFeed
 from strata.projector.sqlstore import SqlCheckpointStore
@@ -161,3 +162,44 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+class _Broken(AuditFeed):
+    COMMAND = (sys.executable, "-c", "import sys; sys.exit(3)")  # a writer that cannot start
+
+
+def test_a_writer_that_never_starts_stops_the_fold(tmp_path: Path, generated: Folded) -> None:  # noqa: F811
+    """A broken install fails loudly, once, instead of starting writers for ever."""
+    feed = _Broken(f"sqlite:///{tmp_path / 'a.db'}", LOG, 0)
+    try:
+        with pytest.raises(StrataError, match="stopped 5 times in a row before it stored anything"):
+            feed_all(feed, generated, 0, 3 * BLOCK_RECORDS)
+        assert feed.restarts == 5
+    finally:
+        feed.close()
+
+
+def test_a_database_away_at_the_start_is_waited_for(tmp_path: Path, generated: Folded) -> None:  # noqa: F811
+    """The writer opens its database until it can (here its folder is a file for two seconds)."""
+    folder = tmp_path / "db"
+    folder.write_text("not a folder yet")
+    db = f"sqlite:///{folder / 'a.db'}"
+
+    def make_room() -> None:
+        folder.unlink()
+        folder.mkdir()
+
+    room = threading.Timer(2.0, make_room)
+    room.start()
+    feed = AuditFeed(db, LOG, 0)
+    try:
+        feed_all(feed, generated, 0, 2 * BLOCK_RECORDS)
+        room.join()
+        assert feed.indexed == 2 * BLOCK_RECORDS and feed.restarts == 0
+    finally:
+        feed.close()
+    store = SqlCheckpointStore(db)
+    try:
+        assert AuditIndex(store.engine).indexed_to(LOG) == 2 * BLOCK_RECORDS
+    finally:
+        store.close()
