@@ -385,10 +385,13 @@ class _Following:
     def finish(self) -> None:
         """Wait for the writers, then write a checkpoint at the final version, once the audit
         index holds it: a checkpoint ahead of the index would be restored from by nobody."""
+        # The index first: a checkpoint child waits for it to hold the child's version, and only
+        # this process sends the index's writer the records it lacks.
+        drained = self.feed.drain(timeout_s=DRAIN_S) if self.feed is not None else 0.0
+        self.progress.writer_waits_s += drained
         if self.writer.busy:
             self._collected(*self.writer.wait(), time.monotonic())
         if self.feed is not None:
-            self.progress.writer_waits_s += self.feed.drain(timeout_s=DRAIN_S)
             self.feed.close()
             if self.feed.backlog:
                 LOG.error(

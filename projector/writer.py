@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from strata.log.errors import StrataError
 from strata.projector import statecodec
 from strata.projector.auditstore import AuditIndex
 from strata.projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
@@ -30,6 +31,7 @@ from strata.projector.state import CacheState
 
 LOG = logging.getLogger("strata.projector")
 INDEX_POLL_S = 0.05
+INDEX_WAIT_S = 120.0  # a checkpoint waits this long for the audit index to cover it, then fails
 _PR_SET_PDEATHSIG = 1
 
 
@@ -160,13 +162,13 @@ class Writer:
 
     def _indexed(self, version: int) -> None:
         """Wait until the audit index holds the records up to ``version`` (its writer process
-        stores them; the fold has asked it to at once)."""
+        stores them; the fold has asked it to at once); a checkpoint it never covers is not stored."""
         waited = 0.0
         while self.audit_index is not None and self.audit_index.indexed_to(self.log) < version:
+            if waited >= INDEX_WAIT_S:
+                raise StrataError(f"the audit index did not reach version {version} within {INDEX_WAIT_S:.0f} s")
             time.sleep(INDEX_POLL_S)
             waited += INDEX_POLL_S
-            if waited >= 60 and waited % 60 < INDEX_POLL_S:
-                LOG.warning("the checkpoint at version %d waits for the audit index (%.0f s)", version, waited)
 
     def _child(self, parent: int, state: CacheState, job: Job, report: int) -> None:
         code = 1
