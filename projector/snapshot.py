@@ -300,26 +300,32 @@ class _TaskSums:
         self.job_total: dict[str, dict[str, int]] = {key: {} for key in jobs}
 
     def add(self, uid: str, t: kinds.PodView) -> None:
-        if t.node and t.status not in OFF_NODE and (self.nodes is None or t.node in self.nodes):
-            self.node_tasks.setdefault(t.node, []).append(uid)
-            if t.status == TaskStatus.RELEASING:
-                _accumulate(self.node_releasing.setdefault(t.node, {}), t.resreq)
-        if t.job in self.job_tasks:
-            self.job_tasks[t.job][uid] = {
-                "uid": uid,
-                "name": t.name,
-                "namespace": t.namespace,
-                "node": t.node,
-                "status": t.status,
-                "priority": t.priority,
-                "resreq": nonzero(t.resreq),
-                "preemptable": t.preemptable,
-                "bestEffort": t.best_effort,
-                "role": t.role,
-            }
-            _accumulate(self.job_total[t.job], t.resreq)
-            if t.status in ALLOCATED:
-                _accumulate(self.job_allocated[t.job], t.resreq)
+        # once per task of a rendering: locals, and a request copied in C unless a zero is dropped
+        node, status = t.node, t.status
+        if node and status not in OFF_NODE and (self.nodes is None or node in self.nodes):
+            self.node_tasks.setdefault(node, []).append(uid)
+            if status == TaskStatus.RELEASING:
+                _accumulate(self.node_releasing.setdefault(node, {}), t.resreq)
+        job = t.job
+        tasks = self.job_tasks.get(job) if job is not None else None
+        if job is None or tasks is None:
+            return
+        resreq = t.resreq
+        tasks[uid] = {
+            "uid": uid,
+            "name": t.name,
+            "namespace": t.namespace,
+            "node": node,
+            "status": status,
+            "priority": t.priority,
+            "resreq": dict(resreq) if all(resreq.values()) else nonzero(resreq),
+            "preemptable": t.preemptable,
+            "bestEffort": t.best_effort,
+            "role": t.role,
+        }
+        _accumulate(self.job_total[job], resreq)
+        if status in ALLOCATED:
+            _accumulate(self.job_allocated[job], resreq)
 
 
 def _accumulate(total: dict[str, int], add: dict[str, int]) -> None:

@@ -16,9 +16,11 @@ from __future__ import annotations
 import gc
 import json
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import msgpack
+import msgspec
 import zstandard
 
 from strata.projector import kinds
@@ -31,6 +33,15 @@ from strata.projector.task import TaskStatus
 FORMAT = 2
 JSON_FORMAT = 1
 _STATUS = {status.value: status for status in TaskStatus}
+# Items sorted by their key alone: the same order as sorting the pairs (keys are unique), but the
+# sort compares keys, not pairs: at 150,000 pods the tasks sort in 0.39 s, not 0.64 s, the pods
+# in 0.42 s, not 0.58 s (best of five).
+_KEY = itemgetter(0)
+# msgspec writes the bytes msgpack's packb(use_bin_type=True) wrote, in half the time (0.58 s
+# against 0.97-1.12 s for a checkpoint at 150,000 pods); msgpack still reads them.
+_PACK = msgspec.msgpack.Encoder().encode
+# Level 1: 0.19 s and 17.9 MB for that checkpoint, level 3 0.41 s and 19.7 MB (best of five).
+ZSTD_LEVEL = 1
 
 
 class StateFormatError(ValueError):
@@ -39,7 +50,7 @@ class StateFormatError(ValueError):
 
 def _rows(m: CowMap[Any, Any] | dict[Any, Any]) -> list[Any]:
     # MessagePack writes a tuple (a view's NamedTuple too) as the array a list makes: no copies
-    return sorted(m.items())
+    return sorted(m.items(), key=_KEY)
 
 
 def encode(state: CacheState, fragments: Fragments | None = None) -> bytes:
@@ -47,32 +58,32 @@ def encode(state: CacheState, fragments: Fragments | None = None) -> bytes:
     doc = _document(state)
     if fragments is not None and fragments.snapshot.version == state.version:
         doc["fragments"] = {
-            "nodes": sorted(fragments.nodes.items()),
-            "jobs": sorted(fragments.jobs.items()),
-            "hypernodes": sorted(fragments.hypernodes.items()),
+            "nodes": _rows(fragments.nodes),
+            "jobs": _rows(fragments.jobs),
+            "hypernodes": _rows(fragments.hypernodes),
         }
     try:
-        raw = msgpack.packb({"format": FORMAT, **doc}, use_bin_type=True)
+        raw = _PACK({"format": FORMAT, **doc})
     except OverflowError:  # an integer beyond 64 bits: JSON holds any
         doc.pop("fragments", None)
         raw = json.dumps({"format": JSON_FORMAT, **doc}, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return zstandard.ZstdCompressor(level=3).compress(raw)
+    return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(raw)
 
 
 def _document(state: CacheState) -> dict[str, Any]:
     tasks = []
     pods, pod_uids = state.pods, state.pod_uids
-    for uid, task in sorted(state.tasks.items()):
+    for uid, task in _rows(state.tasks):
         # most tasks are their pod's derivation: write a reference, not a copy
         tasks.append((uid, None if pods.get(pod_uids[uid]) is task else task))
     return {
         "config": {"schedulerNames": list(state.config.scheduler_names), "defaultQueue": state.config.default_queue},
         "version": state.version,
-        "pods": sorted(state.pods.items()),
+        "pods": _rows(state.pods),
         "tasks": tasks,
-        "overlays": [(uid, *overlay) for uid, overlay in sorted(state.overlays.items())],
+        "overlays": [(uid, *overlay) for uid, overlay in _rows(state.overlays)],
         "nodeUsed": _rows(state.node_used),
-        "nodes": [[k, _node_row(v)] for k, v in sorted(state.nodes.items())],
+        "nodes": [[k, _node_row(v)] for k, v in _rows(state.nodes)],
         "nodeSeq": _rows(state.node_seq),
         "nextNodeSeq": state.next_node_seq,
         "csinodes": _rows(state.csinodes),
@@ -80,7 +91,7 @@ def _document(state: CacheState) -> dict[str, Any]:
         "queues": _rows(state.queues),
         "priorityClasses": _rows(state.priority_classes),
         "defaultPriority": state.default_priority,
-        "hypernodes": [[k, _hypernode_row(v)] for k, v in sorted(state.hypernodes.items())],
+        "hypernodes": [[k, _hypernode_row(v)] for k, v in _rows(state.hypernodes)],
         "synced": sorted(state.synced),
     }
 
