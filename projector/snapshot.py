@@ -307,8 +307,7 @@ class _TaskSums:
             if status == TaskStatus.RELEASING:
                 _accumulate(self.node_releasing.setdefault(node, {}), t.resreq)
         job = t.job
-        tasks = self.job_tasks.get(job) if job is not None else None
-        if job is None or tasks is None:
+        if job is None or (tasks := self.job_tasks.get(job)) is None:
             return
         resreq = t.resreq
         tasks[uid] = {
