@@ -12,7 +12,8 @@ from strata.log.config import Settings
 
 def _run(name: str, settings: Settings, tmp_path: Path) -> None:
     result = scenario(name)(FaultContext(settings, tmp_path, quick=True, log=lambda _m: None))
-    assert result.ok, result
+    # a str, shown whole: pytest cuts the middle out of an object's repr, the notes with it
+    assert result.ok, f"{result.passed}/{result.runs} passed: {result}"
 
 
 @pytest.mark.kafka
