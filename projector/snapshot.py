@@ -132,26 +132,28 @@ class Snapshot:
         jobs_shown = self._jobs_shown()
         base = self.base
         hypernodes: dict[str, str] | None = None
-        if base is None or not self._jobs_render_alike(base.snapshot):
-            nodes, jobs = {}, {}
-            node_need: set[str] | None = None
-            job_need = jobs_shown
-        else:
+        nodes: dict[str, str] = {}
+        jobs: dict[str, str] = {}
+        node_need: set[str] | None = None
+        if base is not None and base.snapshot.config == self.config:
             dirty_nodes, dirty_jobs, labels_changed = self._dirty_since(base.snapshot)
             if not labels_changed and not any(_changed(base.snapshot.hypernodes, self.hypernodes)):
                 hypernodes = base.hypernodes
             nodes = {name: f for name, f in base.nodes.items() if name in self.nodes and name not in dirty_nodes}
-            jobs = {key: f for key, f in base.jobs.items() if key in jobs_shown and key not in dirty_jobs}
             node_need = {name for name in dirty_nodes if name in self.nodes}
-            job_need = {key: pg for key, pg in jobs_shown.items() if key not in jobs}
+            if self._jobs_render_alike(base.snapshot):  # else every job's priority may differ
+                jobs = {key: f for key, f in base.jobs.items() if key in jobs_shown and key not in dirty_jobs}
+        job_need = {key: pg for key, pg in jobs_shown.items() if key not in jobs}
         sums = _TaskSums(job_need, node_need)
         if node_need is None:
             for uid, t in self.tasks.items():
                 sums.add(uid, t)
         elif node_need or job_need:
             for uid, t in self.tasks.items():
-                if t.node in node_need or t.job in job_need:  # most tasks are neither: no call for them
+                if t.job in job_need:
                     sums.add(uid, t)
+                elif t.node in node_need:  # most tasks of a changed node are of an unchanged job
+                    sums.add_to_node(uid, t)
         for name in self.nodes.keys() if node_need is None else node_need:
             nodes[name] = _dumps(self._node_entry(name, self.nodes[name], sums))
         for key, pg in job_need.items():
@@ -165,10 +167,8 @@ class Snapshot:
 
     def _jobs_render_alike(self, other: Snapshot) -> bool:
         """Whether every job's entry depends on the same settings in ``other`` (its priority does)."""
-        return (
-            other.config == self.config
-            and other.default_priority == self.default_priority
-            and not any(_changed(other.priority_classes, self.priority_classes))
+        return other.default_priority == self.default_priority and not any(
+            _changed(other.priority_classes, self.priority_classes)
         )
 
     def _dirty_since(self, other: Snapshot) -> tuple[set[str], set[str], bool]:
@@ -299,22 +299,27 @@ class _TaskSums:
         self.job_allocated: dict[str, dict[str, int]] = {key: {} for key in jobs}
         self.job_total: dict[str, dict[str, int]] = {key: {} for key in jobs}
 
-    def add(self, uid: str, t: kinds.PodView) -> None:
-        # once per task of a rendering: locals, and a request copied in C unless a zero is dropped
+    def add_to_node(self, uid: str, t: kinds.PodView) -> None:
+        """The task's share of its node's entry alone."""
         node, status = t.node, t.status
         if node and status not in OFF_NODE and (self.nodes is None or node in self.nodes):
             self.node_tasks.setdefault(node, []).append(uid)
             if status == TaskStatus.RELEASING:
                 _accumulate(self.node_releasing.setdefault(node, {}), t.resreq)
+
+    def add(self, uid: str, t: kinds.PodView) -> None:
+        """The task's share of its node's and its job's entries."""
+        # once per task of a rendering: locals, and a request copied in C unless a zero is dropped
+        self.add_to_node(uid, t)
         job = t.job
         if job is None or (tasks := self.job_tasks.get(job)) is None:
             return
-        resreq = t.resreq
+        resreq, status = t.resreq, t.status
         tasks[uid] = {
             "uid": uid,
             "name": t.name,
             "namespace": t.namespace,
-            "node": node,
+            "node": t.node,
             "status": status,
             "priority": t.priority,
             "resreq": dict(resreq) if all(resreq.values()) else nonzero(resreq),

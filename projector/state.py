@@ -415,8 +415,9 @@ class CacheState:
             setattr(twin, name, value)
         return twin
 
-    def snapshot(self) -> Snapshot:
-        """The state as of now, immutable, in O(1)."""
+    def snapshot(self, base: Fragments | None = None) -> Snapshot:
+        """The state as of now, immutable, in O(1); rendered from ``base`` (an earlier snapshot's
+        fragments, a previous checkpoint's) where nothing changed, else from ``rendered``."""
         return Snapshot(
             version=self.version,
             config=self.config,
@@ -430,5 +431,5 @@ class CacheState:
             priority_classes=self.priority_classes.freeze(),
             default_priority=self.default_priority,
             hypernodes=self.hypernodes.freeze(),
-            base=self.rendered,
+            base=self.rendered if base is None else base,
         )

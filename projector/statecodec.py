@@ -26,7 +26,7 @@ import zstandard
 from strata.projector import kinds
 from strata.projector.cowmap import CowMap
 from strata.projector.kinds import FoldConfig
-from strata.projector.snapshot import Fragments
+from strata.projector.snapshot import Fragments, Snapshot
 from strata.projector.state import CacheState
 from strata.projector.task import TaskStatus
 
@@ -110,6 +110,32 @@ def _hypernode_row(hypernode: kinds.HyperNodeView) -> list[Any]:
     row: list[Any] = list(hypernode)
     row[_MEMBERS] = [list(m) for m in hypernode.members]
     return row
+
+
+def fragments_of(data: bytes, snapshot: Snapshot) -> Fragments | None:
+    """The fragments a checkpoint keeps, for ``snapshot`` (the state at the checkpoint's version,
+    held by whoever asks): None unless the bytes are of that version and keep them. The rest of
+    the state is skipped, not built: a fraction of a restore (the next checkpoint renders from
+    these what changed since, which is how a follower's checkpoints cost what changed)."""
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(data)
+        if raw[:1] == b"{":
+            return None  # format 1 keeps none
+        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=len(raw))
+        unpacker.feed(raw)
+        found: dict[str, Any] = {}
+        for _ in range(unpacker.read_map_header()):
+            key = unpacker.unpack()
+            if key in ("format", "version", "fragments"):
+                found[key] = unpacker.unpack()
+            else:
+                unpacker.skip()
+    except (zstandard.ZstdError, ValueError, msgpack.UnpackException) as exc:
+        raise StateFormatError(f"not a Strata state: {exc}") from exc
+    kept = found.get("fragments")
+    if found.get("format") != FORMAT or found.get("version") != snapshot.version or type(kept) is not dict:
+        return None
+    return Fragments(snapshot, dict(kept["nodes"]), dict(kept["jobs"]), dict(kept["hypernodes"]))
 
 
 def _load(data: bytes) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from strata.log.errors import StrataError
 from strata.projector import statecodec
 from strata.projector.auditstore import AuditIndex
 from strata.projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.snapshot import Fragments, Snapshot
 from strata.projector.state import CacheState
 
 LOG = logging.getLogger("strata.projector")
@@ -37,9 +38,11 @@ _PR_SET_PDEATHSIG = 1
 
 @dataclass
 class Job:
-    """One checkpoint being written: of the state at ``version``."""
+    """One checkpoint being written: of the state at ``version``, whose snapshot the next one
+    renders from once this one is stored."""
 
     version: int
+    snapshot: Snapshot | None = None
     started_at: float = field(default_factory=time.monotonic)
     stored: Stored | None = None  # the checkpoint written, as its writer reported it
 
@@ -52,23 +55,30 @@ class Stored:
     version: int
     size: int
     created_at: str  # the writer's clock (the store keeps its own)
+    rendered_from: int = -1  # the version of the checkpoint whose fragments it rendered from (-1: none)
 
     def encode(self) -> bytes:
-        return f"{self.version} {self.size} {self.created_at}".encode()
+        return f"{self.version} {self.size} {self.created_at} {self.rendered_from}".encode()
 
     @classmethod
     def decode(cls, data: bytes) -> Stored | None:
         parts = data.decode(errors="replace").split()
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        if len(parts) != 4 or not (parts[0].isdigit() and parts[1].isdigit() and parts[3].lstrip("-").isdigit()):
             return None
-        return cls(int(parts[0]), int(parts[1]), parts[2])
+        return cls(int(parts[0]), int(parts[1]), parts[2], int(parts[3]))
 
 
 def write_checkpoint(
-    store: CheckpointStore, log: LogIdentity, state: CacheState, before_save: Callable[[int], None] = lambda _v: None
+    store: CheckpointStore,
+    log: LogIdentity,
+    state: CacheState,
+    before_save: Callable[[int], None] = lambda _v: None,
+    base: Fragments | None = None,
 ) -> CheckpointInfo:
+    """Store a checkpoint of ``state``; its canonical JSON rendered from ``base`` (an earlier
+    checkpoint's fragments) where nothing changed since, else from the state's restored ones."""
     LOG.info("writing a checkpoint at version %d", state.version)
-    snapshot = state.snapshot()
+    snapshot = state.snapshot(base)
     digest = snapshot.digest()
     blob = statecodec.encode(state, snapshot.fragments())  # the next restore renders only what changed
     before_save(state.version)
@@ -80,7 +90,10 @@ def write_checkpoint(
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     store.save(Checkpoint(info, blob, statecodec.FORMAT))
-    LOG.info("checkpoint at version %d written", state.version)
+    if base is None:
+        LOG.info("checkpoint at version %d written", state.version)
+    else:
+        LOG.info("checkpoint at version %d written (rendered from %d's)", state.version, base.snapshot.version)
     return info
 
 
@@ -94,6 +107,10 @@ class Writer:
         self.log = log
         self.audit_index = audit_index
         self.saved = -1  # the version of the newest checkpoint written
+        # That checkpoint's snapshot: the next checkpoint renders only what changed since it,
+        # from the fragments it stored. Held, it keeps the shards the fold has replaced since
+        # (what changed between two checkpoints, not the state).
+        self.base: Snapshot | None = None
         self._pid: int | None = None
         self._job: Job | None = None
         self._report: int | None = None  # the read end of the pipe the child reports its checkpoint on
@@ -106,7 +123,7 @@ class Writer:
         """Fork a child that writes a checkpoint of ``state``; it closes the ``foreign`` file
         descriptors first (a pipe's end held by the child would keep its reader from its end)."""
         assert self._pid is None, "one writer at a time keeps the checkpoints in log order"
-        job = Job(state.version)
+        job = Job(state.version, state.snapshot())
         parent = os.getpid()
         report, child_end = os.pipe()
         pid = os.fork()
@@ -138,7 +155,7 @@ class Writer:
         except Exception as exc:
             LOG.error("writing version %d failed: %s", job.version, exc)
             return job, False
-        self.saved = job.version
+        self.saved, self.base = job.version, None
         return job, True
 
     def _finished(self, status: int) -> tuple[Job, bool]:
@@ -153,12 +170,30 @@ class Writer:
                 "the checkpoint writer of version %d failed (exit %d); the next one comes when due", job.version, code
             )
         else:
-            self.saved = job.version
+            self.saved, self.base = job.version, job.snapshot
+        job.snapshot = None
         return job, code == 0
 
     def _write(self, state: CacheState) -> Stored:
-        info = write_checkpoint(self.store, self.log, state, self._indexed)
-        return Stored(info.version, info.size, info.created_at)
+        base = self._base_fragments(state)
+        info = write_checkpoint(self.store, self.log, state, self._indexed, base)
+        return Stored(info.version, info.size, info.created_at, -1 if base is None else base.snapshot.version)
+
+    def _base_fragments(self, state: CacheState) -> Fragments | None:
+        """The fragments the newest checkpoint written stored, for its snapshot; None when the
+        state's own (restored) ones are as new, or that checkpoint cannot give them (pruned, of
+        an older format): then the rendering is whole, and only slower."""
+        base = self.base
+        if base is None or (state.rendered is not None and state.rendered.snapshot.version >= base.version):
+            return None
+        try:
+            checkpoint = self.store.latest(self.log, at_or_below=base.version)
+            if checkpoint is None or checkpoint.info.version != base.version:
+                return None
+            return statecodec.fragments_of(checkpoint.state, base)
+        except Exception as exc:  # a faster rendering is no reason to fail a checkpoint
+            LOG.warning("version %d rendered whole: no fragments from %d: %s", state.version, base.version, exc)
+            return None
 
     def _indexed(self, version: int) -> None:
         """Wait until the audit index holds the records up to ``version`` (its writer process

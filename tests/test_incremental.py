@@ -18,7 +18,7 @@ from strata.ingest.trace import split_lines
 from strata.projector import statecodec
 from strata.projector.replay import fold_line, replay_bytes
 from strata.projector.snapshot import canonical_bytes
-from strata.projector.state import CacheState
+from strata.projector.state import CacheState, FoldConfig
 from strata.projector.statedigest import SETTLE_BUDGET, SETTLE_EVERY
 
 CONFORMANCE = Path(__file__).with_name("conformance")
@@ -47,6 +47,33 @@ def test_rendering_from_a_checkpoints_fragments_equals_the_full_rendering(trace:
             fold_line(state, line)
         snapshot = state.snapshot()
         assert snapshot.canonical_bytes() == canonical_bytes(snapshot.to_json()), (trace.name, cut)
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
+def test_rendering_from_the_previous_checkpoints_fragments_equals_the_full_rendering(trace: Path):
+    """A follower's next checkpoint renders from its last one's fragments, read back from the
+    checkpoint's bytes for the snapshot it holds of that version."""
+    lines = _lines(trace)
+    state = CacheState(FoldConfig())
+    previous = None
+    for cut in sorted({len(lines) // 3, len(lines) // 2, max(0, len(lines) - 3), len(lines)}):
+        while state.version < cut:
+            fold_line(state, lines[state.version])
+        base = None if previous is None else statecodec.fragments_of(*previous)
+        assert (base is None) == (previous is None), (trace.name, cut)
+        snapshot = state.snapshot(base)
+        assert snapshot.canonical_bytes() == canonical_bytes(snapshot.to_json()), (trace.name, cut)
+        previous = (statecodec.encode(state, snapshot.fragments()), snapshot)
+
+
+def test_a_checkpoint_gives_fragments_only_for_its_own_version():
+    state = replay_bytes((CONFORMANCE / "c04.jsonl").read_bytes())[0]
+    snapshot = state.snapshot()
+    blob = statecodec.encode(state, snapshot.fragments())
+    assert statecodec.fragments_of(blob, snapshot) is not None
+    state.informational()
+    assert statecodec.fragments_of(blob, state.snapshot()) is None  # another version
+    assert statecodec.fragments_of(statecodec.encode(state), state.snapshot()) is None  # none kept
 
 
 def test_a_snapshot_without_fragments_renders_the_same_bytes_as_its_json():
@@ -140,6 +167,7 @@ def test_an_integer_beyond_64_bits_falls_back_to_json():
     assert zstandard.ZstdDecompressor().decompress(blob)[:1] == b"{"
     assert statecodec.decode(blob).snapshot().digest() == state.snapshot().digest()
     assert statecodec.decode(blob).state_digest() == state.state_digest()
+    assert statecodec.fragments_of(blob, state.snapshot()) is None  # JSON keeps no fragments
 
 
 def test_a_blob_of_another_format_is_a_clear_error():

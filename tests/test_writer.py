@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 import select
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from strata.projector.checkpoint import Checkpoint
-from strata.projector.replay import replay_file
+from strata.ingest.trace import split_lines
+from strata.projector import statecodec
+from strata.projector.checkpoint import Checkpoint, LogIdentity
+from strata.projector.replay import fold_line, replay_bytes, replay_file
+from strata.projector.snapshot import Fragments
 from strata.projector.sqlstore import SqlCheckpointStore
-from strata.projector.writer import Stored, Writer
+from strata.projector.writer import Job, Stored, Writer
 from tests.contracts import LOG
 
 TRACE = Path(__file__).with_name("conformance") / "c01.jsonl"
@@ -69,8 +73,53 @@ def test_a_failed_child_reports_nothing(tmp_path: Path) -> None:
 
 
 def test_a_report_that_is_not_one_is_none() -> None:
-    assert Stored.decode(Stored(7, 1024, "2026-12-02T01:00:00+00:00").encode()) == Stored(
-        7, 1024, "2026-12-02T01:00:00+00:00"
-    )
-    for data in (b"", b"7 1024", b"x 1024 t", b"7 -1 t", b"\xff\xfe"):
+    for stored in (Stored(7, 1024, "2026-12-02T01:00:00+00:00"), Stored(9, 1, "2026-12-02T01:00:00+00:00", 7)):
+        assert Stored.decode(stored.encode()) == stored
+    for data in (b"", b"7 1024", b"7 1024 t", b"x 1024 t -1", b"7 -1 t -1", b"7 1024 t x", b"\xff\xfe"):
         assert Stored.decode(data) is None, data
+
+
+def _two_checkpoints(tmp_path: Path, store: SqlCheckpointStore | None = None) -> tuple[Writer, list[Job]]:
+    """A writer's checkpoints at a third of TRACE and at its end, the fold going on between."""
+    lines = [line for _, line in split_lines(TRACE.read_bytes())]
+    cut = len(lines) // 3
+    state, _ = replay_bytes(b"\n".join(lines[:cut]))
+    writer, _ = _writer(tmp_path, store)
+    jobs = []
+    writer.start(state)
+    jobs.append(writer.wait()[0])
+    for line in lines[cut:]:
+        fold_line(state, line)
+    writer.start(state)
+    jobs.append(writer.wait()[0])
+    return writer, jobs
+
+
+def test_a_checkpoint_renders_what_changed_since_the_last_one(tmp_path: Path) -> None:
+    writer, (first, second) = _two_checkpoints(tmp_path)
+    assert first.stored is not None and first.stored.rendered_from == -1
+    assert second.stored is not None and second.stored.rendered_from == first.version
+    for info in writer.store.list(LOG):  # each the fold of its prefix, byte for byte
+        assert info.digest == replay_file(TRACE, until=info.version)[0].snapshot().digest()
+
+
+class _Tampered(SqlCheckpointStore):
+    """Hands out the first checkpoint with every fragment it keeps replaced."""
+
+    def latest(self, log: LogIdentity, at_or_below: int | None = None) -> Checkpoint | None:
+        found = super().latest(log, at_or_below)
+        if found is None:
+            return found
+        state = statecodec.decode(found.state)
+        wrong = Fragments(state.snapshot(), {}, {}, {})
+        for name, fragment in state.rendered.nodes.items() if state.rendered else ():
+            wrong.nodes[name] = fragment.replace("false", "true")
+        return replace(found, state=statecodec.encode(state, wrong))
+
+
+def test_the_digest_check_sees_a_checkpoint_rendered_from_the_wrong_fragments(tmp_path: Path) -> None:
+    """The control of the test above: fragments that are not the base's make a wrong digest."""
+    writer, (first, second) = _two_checkpoints(tmp_path, _Tampered(f"sqlite:///{tmp_path / 'cp.db'}"))
+    assert second.stored is not None and second.stored.rendered_from == first.version
+    newest = writer.store.list(LOG)[-1]
+    assert newest.digest != replay_file(TRACE, until=newest.version)[0].snapshot().digest()
