@@ -39,6 +39,7 @@ MODULUS = 1 << 256
 # SETTLE_BUDGET objects. An object changed twice within a slice is hashed once.
 SETTLE_EVERY = 1024
 SETTLE_BUDGET = 4096
+_GONE: Any = object()  # what a map's ``get`` gives for a key it no longer holds (None is a value)
 
 
 # An object's JSON: NamedTuples as arrays, a StrEnum as its string, a NumberLiteral as its text
@@ -82,8 +83,9 @@ class StateDigest:
             while changed and (budget is None or done < budget):
                 key = changed.pop()
                 total -= hashes.pop(key, 0)
-                if key in store:
-                    hashes[key] = h = object_hash(name, key, store[key])
+                value = store.get(key, _GONE)  # one lookup, not a test and a read: once per object
+                if value is not _GONE:
+                    hashes[key] = h = object_hash(name, key, value)
                     total += h
                 done += 1
             self._sums[name] = total % MODULUS
