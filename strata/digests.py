@@ -111,6 +111,10 @@ class DigestReporter:
     def due(self, version: int) -> bool:
         return self.every > 0 and version > 0 and version % self.every == 0
 
+    def near(self, version: int, records: int) -> bool:
+        """Whether a report falls due within ``records`` versions from ``version`` (or at it)."""
+        return self.every > 0 and -version % self.every <= records
+
     def offer(self, version: int, digest: str) -> None:
         """Report the state digest at ``version``, one that is ``due`` (the caller asks first so as
         not to compute a digest for every record)."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from strata.digests import DIVERGENT, divergences
+from strata.digests import DIVERGENT, DigestReporter, divergences
 from strata.ingest.from_trace import publish_trace
 from strata.ingest.trace import read_trace
 from strata.log.cachelog import LogEntry
@@ -32,6 +32,20 @@ def test_the_majority_names_the_dissenter_and_a_tie_names_both():
     (at10, at20) = divergences(reports)
     assert (at10.version, at10.majority, at10.dissenters) == (10, "a", ("r3",))
     assert (at20.version, at20.majority, at20.dissenters) == (20, None, ("r1", "r2"))
+
+
+@pytest.mark.kafka
+def test_a_report_is_near_within_the_records_before_it(kafka: Settings):
+    reporter = DigestReporter(kafka.with_(digest_every=50_000), "near", "test")
+    assert [reporter.near(v, 1024) for v in (48_975, 48_976, 49_999, 50_000, 50_001, 0)] == [
+        False,
+        True,
+        True,
+        True,
+        False,
+        True,
+    ]
+    assert not DigestReporter(kafka.with_(digest_every=0), "never", "test").near(50_000, 1024)
 
 
 @pytest.mark.kafka

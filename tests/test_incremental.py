@@ -142,6 +142,22 @@ def test_settling_in_slices_keeps_each_slice_bounded():
     assert state.hashes.pending(state) < pending
 
 
+def test_a_report_near_has_every_tend_settle_so_the_report_finds_little():
+    lines = [line for _, line in split_lines((CONFORMANCE / "c06.jsonl").read_bytes())]
+    state = CacheState()
+    for line in lines[:-40]:
+        fold_line(state, line)
+    state.hashes.settle(state)
+    for line in lines[-40:]:
+        fold_line(state, line)
+    assert state.version % SETTLE_EVERY and state.hashes.pending(state) > 0
+    pending = state.hashes.pending(state)
+    state.hashes.tend(state)  # off a slice's version and no report near: nothing settled
+    assert state.hashes.pending(state) == pending
+    state.hashes.tend(state, report_near=True)
+    assert state.hashes.pending(state) == 0
+
+
 @pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
 def test_a_checkpoints_bytes_are_those_msgpack_writes(trace: Path, monkeypatch: pytest.MonkeyPatch):
     """msgspec packs the state (faster); the bytes stay those msgpack's packb wrote before."""
