@@ -365,7 +365,7 @@ class _Following:
             if feed.backlog >= BACKLOG:  # the writer fell behind: the fold waits (bounded memory)
                 waited = feed.wait()
                 self.progress.writer_waits_s += waited
-        state.hashes.tend(state, self.digests is not None and self.digests.near(state.version, SETTLE_EVERY))
+        state.hashes.tend(state, self.digests.until_due(state.version) if self.digests is not None else None)
         freeze_kept(state.version)  # reached at every SETTLE_EVERY-th version, so at every FREEZE_EVERY-th
         if self.digests is not None and self.digests.due(state.version) and _ready(state):
             digest_started = time.perf_counter()

@@ -99,11 +99,11 @@ class StateDigest:
         next records): a follower skips a report then rather than pause the fold for it."""
         return self.pending(state) <= SETTLE_BUDGET
 
-    def tend(self, state: CacheState, report_near: bool = False) -> None:
+    def tend(self, state: CacheState, report_in: int | None = None) -> None:
         """Call after each record a follower applies: settles a slice now and then, and each
-        time while a report is ``report_near`` (within SETTLE_EVERY versions), so that the report
-        finds only the last few records' changes to hash, not up to SETTLE_EVERY records'."""
-        if report_near or state.version % SETTLE_EVERY == 0:
+        time while the next report is ``report_in`` versions away or fewer than a slice's, so that
+        the report finds only the last few records' changes to hash, not up to SETTLE_EVERY's."""
+        if state.version % SETTLE_EVERY == 0 or (report_in is not None and report_in <= SETTLE_EVERY):
             self.settle(state, SETTLE_BUDGET)
 
     def hexdigest(self, state: CacheState) -> str:

@@ -29,7 +29,6 @@ from strata.projector.kinds import PodView
 from strata.projector.runner import ALL_KINDS, LogRunner, sync_reason
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig, Outcome
-from strata.projector.statedigest import SETTLE_EVERY
 from strata.scheduler.event_recorder import ApiEventRecorder, job_status_event
 from strata.scheduler.interface import BindContext, BindResult, Cache, EvictResult, JobStatus, QueueStatus
 from strata.scheduler.status_updater import StatusUpdater
@@ -98,7 +97,7 @@ class LogCache:
                     if isinstance(entry.record, (Bind, BindGroup, Evict)) and entry.record.replica == self.replica:
                         self._outcomes[entry.offset] = outcome
                     self._snapshot = None
-                    state.hashes.tend(state, self.digests.near(state.version, SETTLE_EVERY))
+                    state.hashes.tend(state, self.digests.until_due(state.version))
                     if self.digests.due(state.version) and state.hashes.ready(state):
                         self.digests.offer(state.version, state.state_digest())
                     self._changed.notify_all()

@@ -111,9 +111,9 @@ class DigestReporter:
     def due(self, version: int) -> bool:
         return self.every > 0 and version > 0 and version % self.every == 0
 
-    def near(self, version: int, records: int) -> bool:
-        """Whether a report falls due within ``records`` versions from ``version`` (or at it)."""
-        return self.every > 0 and -version % self.every <= records
+    def until_due(self, version: int) -> int | None:
+        """Versions from ``version`` to the next report's (0 at one); None when none is reported."""
+        return -version % self.every if self.every > 0 else None
 
     def offer(self, version: int, digest: str) -> None:
         """Report the state digest at ``version``, one that is ``due`` (the caller asks first so as

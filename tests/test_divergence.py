@@ -35,17 +35,17 @@ def test_the_majority_names_the_dissenter_and_a_tie_names_both():
 
 
 @pytest.mark.kafka
-def test_a_report_is_near_within_the_records_before_it(kafka: Settings):
+def test_the_versions_until_a_report_count_down_to_it(kafka: Settings):
     reporter = DigestReporter(kafka.with_(digest_every=50_000), "near", "test")
-    assert [reporter.near(v, 1024) for v in (48_975, 48_976, 49_999, 50_000, 50_001, 0)] == [
-        False,
-        True,
-        True,
-        True,
-        False,
-        True,
+    assert [reporter.until_due(v) for v in (48_975, 48_976, 49_999, 50_000, 50_001, 0)] == [
+        1_025,
+        1_024,
+        1,
+        0,
+        49_999,
+        0,
     ]
-    assert not DigestReporter(kafka.with_(digest_every=0), "never", "test").near(50_000, 1024)
+    assert DigestReporter(kafka.with_(digest_every=0), "never", "test").until_due(50_000) is None
 
 
 @pytest.mark.kafka

@@ -143,6 +143,7 @@ def test_settling_in_slices_keeps_each_slice_bounded():
 
 
 def test_a_report_near_has_every_tend_settle_so_the_report_finds_little():
+    """Within a slice's versions of the next report every tend settles; farther, only a slice's."""
     lines = [line for _, line in split_lines((CONFORMANCE / "c06.jsonl").read_bytes())]
     state = CacheState()
     for line in lines[:-40]:
@@ -152,9 +153,10 @@ def test_a_report_near_has_every_tend_settle_so_the_report_finds_little():
         fold_line(state, line)
     assert state.version % SETTLE_EVERY and state.hashes.pending(state) > 0
     pending = state.hashes.pending(state)
-    state.hashes.tend(state)  # off a slice's version and no report near: nothing settled
+    state.hashes.tend(state)  # off a slice's version and no report: nothing settled
+    state.hashes.tend(state, report_in=SETTLE_EVERY + 1)  # a report, but not near
     assert state.hashes.pending(state) == pending
-    state.hashes.tend(state, report_near=True)
+    state.hashes.tend(state, report_in=SETTLE_EVERY)
     assert state.hashes.pending(state) == 0
 
 
