@@ -51,6 +51,7 @@ CHECK_ALWAYS_BELOW = 100 * TEND_EVERY
 # CHECKPOINT_REST times as long as the last one took, so checkpoints take at most a quarter of it
 # (a catch-up at 40k records/s would otherwise checkpoint back to back).
 CHECKPOINT_REST = 3.0
+LONG_PAUSE_S = 0.05  # a pause of the fold longer than this is logged (INFO) step by step
 DRAIN_S = 20.0  # on stop, the longest the fold waits for the audit index's writer (Kubernetes gives 30 s)
 assert FREEZE_EVERY % SETTLE_EVERY == 0, "tend's full pass must come at every version the follower freezes at"
 ALL_KINDS = KIND_NAMES  # what a follower waits to see SYNCED before it is ready, unless told fewer
@@ -278,6 +279,29 @@ def _ready(state: CacheState) -> bool:
     return False
 
 
+class _Pause:
+    """The steps of one pause of the fold, each timed, less what it waited for the audit's writer
+    (``waited``, counted apart as ``Progress.writer_waits_s``)."""
+
+    def __init__(self) -> None:
+        self.started = self.at = time.perf_counter()
+        self.waited = 0.0
+        self.steps: list[tuple[str, float]] = []
+
+    def step(self, name: str) -> None:
+        """The step ``name`` ends now."""
+        now = time.perf_counter() - self.waited
+        self.steps.append((name, now - self.at))
+        self.at = now
+
+    @property
+    def seconds(self) -> float:
+        return self.at - self.started
+
+    def __str__(self) -> str:
+        return ", ".join(f"{name} {seconds * 1000:.1f} ms" for name, seconds in self.steps)
+
+
 class _Following:
     """One follow of the log: the state, the audit index's feed, the checkpoint writer child."""
 
@@ -338,12 +362,12 @@ class _Following:
             and (self.digests is None or not self.digests.due(version))
         ):
             return  # nothing here is due at this record (TEND_EVERY)
-        started = time.perf_counter()
-        waited = 0.0
+        pause = _Pause()
         state = self.state
         done = self.writer.collect()
         if done is not None:
             self._collected(*done, now)
+        pause.step("collect")
         due = (
             state.version != self.requested
             and now >= self.rested_at
@@ -357,21 +381,28 @@ class _Following:
             # The restored fragments served the child's rendering; kept longer, the shards they
             # share would pin every object the fold has replaced since.
             state.rendered = None
+        pause.step("checkpoint")
         feed = self.feed
         if feed is not None:
             if idle:
                 feed.seal()  # a history asked now finds the records up to here
             feed.pump()
             if feed.backlog >= BACKLOG:  # the writer fell behind: the fold waits (bounded memory)
-                waited = feed.wait()
-                self.progress.writer_waits_s += waited
+                pause.waited = feed.wait()
+                self.progress.writer_waits_s += pause.waited
+        pause.step("audit")
         state.hashes.tend(state, self.digests.until_due(state.version) if self.digests is not None else None)
+        pause.step("settle")
         freeze_kept(state.version)  # reached at every SETTLE_EVERY-th version, so at every FREEZE_EVERY-th
+        pause.step("freeze")
         if self.digests is not None and self.digests.due(state.version) and _ready(state):
             digest_started = time.perf_counter()
             self.digests.offer(state.version, state.state_digest())
             self.progress.longest_digest_s = max(self.progress.longest_digest_s, time.perf_counter() - digest_started)
-        self.progress.pause(time.perf_counter() - started - waited)
+        pause.step("report")
+        self.progress.pause(pause.seconds)
+        if pause.seconds > LONG_PAUSE_S:
+            LOG.info("a pause of %.1f ms at version %d: %s", pause.seconds * 1000, version, pause)
 
     def _collected(self, job: Job, ok: bool, now: float) -> None:
         self.rested_at = now + CHECKPOINT_REST * (now - job.started_at)
