@@ -133,7 +133,7 @@ def _timed_fold(records: Sequence[LogRecord], values: Sequence[bytes], frames: l
         t2 = clock()
         add(offset, TIME_MS + offset, values[offset], outcome, ctx, audit.subjects(record, ctx, state.last_object))
         if (offset + 1) % BLOCK_RECORDS == 0 or offset + 1 == len(records):
-            frames.append(packer.seal(offset + 1, urgent=False))
+            frames.append(b"".join(packer.seal(offset + 1, urgent=False)))
         t3 = clock()
         auditing += (t1 - t0) + (t3 - t2)
         folding += t2 - t1
@@ -187,13 +187,13 @@ def _store(url: str, label: str, frames: Sequence[bytes], args: argparse.Namespa
     for i in range(0, len(frames), batch):
         started = time.process_time()  # the writer's CPU: the database's own work is another process
         wall = time.perf_counter()
-        decoded = [read_frame(f[4:]) for f in frames[i : i + batch]]
+        decoded = [read_frame(f) for f in frames[i : i + batch]]
         records = Records.joined([frame.records for frame in decoded])
         index.write(LOG, records, decoded[-1].upto)
         seconds.append((time.process_time() - started, time.perf_counter() - wall))
         n += len(records)
     again = time.perf_counter()
-    first = read_frame(frames[0][4:])
+    first = read_frame(frames[0])
     index.write(LOG, first.records, first.upto)  # a restart rewrites a frame: harmless
     rewrite_s = time.perf_counter() - again
     grown = _audit_bytes(store, label, url) - empty
