@@ -6,8 +6,8 @@ as the log holds it, the stamp, the fold's outcome and pod context) and the reco
 into one frame for the writer: the stamps and sizes as arrays, the subjects, the few records
 whose outcome is not a plain "applied" or that carry a pod context, and after them the messages
 themselves, written to the pipe from where the log's client left them (``os.writev``), never
-copied into a frame-sized buffer (three such copies a frame cost the fold's thread about 1 ms a
-frame at 5k/150k). Nothing kept is an object the collector walks for long, and no fork copies
+copied into frame-sized buffers (the join, the encoding and the length prefix were three copies
+a frame). Nothing kept is an object the collector walks for long, and no fork copies
 the fold's pages for the audit. The writer decodes nothing: it stores blocks and postings in one
 transaction for what it has read, and answers with how far the index goes.
 
@@ -71,7 +71,6 @@ _F_SETPIPE_SZ = 1031
 _LENGTH = 4
 _PREFIX = 2 * _LENGTH  # a frame's head's length, then its messages'
 _FREED_PER_PUMP = 2  # acknowledged frames let go at once (``pump`` runs several times a frame)
-_CHUNK = 1 << 16  # what the writer reads at once
 _IOV_MAX = 1024  # buffers one writev takes (Linux's UIO_MAXIOV)
 _ACK = 8
 _encode = msgspec.msgpack.Encoder().encode
@@ -341,7 +340,6 @@ def _frames(fd: int, buffer: bytearray) -> Iterator[list[Frame]]:
     """The frames on ``fd`` to store in one transaction: FRAMES_PER_WRITE of them, or fewer when
     one is urgent, when none came for GATHER_S, or at the end of input."""
     frames: list[Frame] = []
-    chunk = bytearray(_CHUNK)  # read into, again and again: no fresh buffer a read
     while True:
         payload = _take(buffer)
         if payload is not None:
@@ -354,12 +352,12 @@ def _frames(fd: int, buffer: bytearray) -> Iterator[list[Frame]]:
             yield frames  # the fold went quiet: what came is stored now
             frames = []
             continue
-        size = os.readv(fd, [chunk])
-        if not size:
+        data = os.read(fd, 1 << 20)
+        if not data:
             if frames:
                 yield frames
             return
-        buffer += memoryview(chunk)[:size]
+        buffer += data
 
 
 def _take(buffer: bytearray) -> bytes | None:
