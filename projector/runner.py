@@ -31,6 +31,7 @@ from strata.projector.auditwriter import BACKLOG, AuditFeed, value_of
 from strata.projector.checkpoint import CheckpointInfo, CheckpointStore, LogIdentity
 from strata.projector.gctune import FREEZE_EVERY, freeze_kept
 from strata.projector.kinds import KIND_NAMES
+from strata.projector.release import Release
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig
 from strata.projector.statedigest import SETTLE_EVERY
@@ -324,7 +325,8 @@ class _Following:
         self.every_records = every_records
         self.every_seconds = every_seconds
         self.tend_mask = TEND_EVERY - 1 if every_records >= CHECK_ALWAYS_BELOW else 0
-        self.writer = Writer(runner.store, runner.identity, audit_index)
+        self.release = Release()  # what the fold lets go of, a few parts a pause
+        self.writer = Writer(runner.store, runner.identity, audit_index, self.release)
         self.restored = state.version
         self.requested = state.version  # the version of the newest checkpoint handed to the writer
         self.requested_at = time.monotonic()
@@ -373,13 +375,15 @@ class _Following:
             and now >= self.rested_at
             and (state.version - self.requested >= self.every_records or now - self.requested_at >= self.every_seconds)
         )
-        if due and not self.writer.busy:
+        forked = due and not self.writer.busy
+        if forked:
             if self.feed is not None:
                 self.feed.seal()  # the checkpoint is stored once the index holds its records: soon
             self.writer.start(state, self.feed.pipes() if self.feed is not None else ())
             self.requested, self.requested_at = state.version, now
             # The restored fragments served the child's rendering; kept longer, the shards they
             # share would pin every object the fold has replaced since.
+            self.release.hand(state.rendered)
             state.rendered = None
         pause.step("checkpoint")
         feed = self.feed
@@ -391,7 +395,10 @@ class _Following:
                 pause.waited = feed.wait()
                 self.progress.writer_waits_s += pause.waited
         pause.step("audit")
-        state.hashes.tend(state, self.digests.until_due(state.version) if self.digests is not None else None)
+        self.release.tend()
+        pause.step("release")
+        if not forked:  # a fork is this pause's long step: the digest's slice waits for the next one
+            state.hashes.tend(state, self.digests.until_due(state.version) if self.digests is not None else None)
         pause.step("settle")
         freeze_kept(state.version)  # reached at every SETTLE_EVERY-th version, so at every FREEZE_EVERY-th
         pause.step("freeze")

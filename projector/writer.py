@@ -27,6 +27,7 @@ from strata.log.errors import StrataError
 from strata.projector import statecodec
 from strata.projector.auditstore import AuditIndex
 from strata.projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.release import Release
 from strata.projector.snapshot import Fragments, Snapshot
 from strata.projector.state import CacheState
 
@@ -102,10 +103,17 @@ class Writer:
     holds every record up to it: a projector restores the newest checkpoint at or below the index's
     position (so that the index misses no record), and the newest checkpoint must be that one."""
 
-    def __init__(self, store: CheckpointStore, log: LogIdentity, audit_index: AuditIndex | None = None) -> None:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        log: LogIdentity,
+        audit_index: AuditIndex | None = None,
+        release: Release | None = None,
+    ) -> None:
         self.store = store
         self.log = log
         self.audit_index = audit_index
+        self.release = release  # where a replaced base goes (None: dropped at once)
         self.saved = -1  # the version of the newest checkpoint written
         # That checkpoint's snapshot: the next checkpoint renders only what changed since it,
         # from the fragments it stored. Held, it keeps the shards the fold has replaced since
@@ -170,6 +178,8 @@ class Writer:
                 "the checkpoint writer of version %d failed (exit %d); the next one comes when due", job.version, code
             )
         else:
+            if self.release is not None:
+                self.release.hand(self.base)
             self.saved, self.base = job.version, job.snapshot
         job.snapshot = None
         return job, code == 0
