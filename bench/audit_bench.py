@@ -5,13 +5,14 @@
 
 Generates a synthetic history (`strata gen`, about a million records at the defaults) and replays
 it offline, the way `strata project` folds the log: per record ``audit.context`` before a
-scheduler record, ``audit.subjects`` and the feed's ``Packer.add`` after every record, in the
+scheduler record, ``audit.pod_refs`` and the feed's ``Packer.add`` after every record, in the
 fold's thread, with a frame sealed at every block's end. It measures
 
-- the fold's own cost per record, and what ``context`` + ``subjects`` + ``add`` + ``seal`` add to
+- the fold's own cost per record, and what ``context`` + ``pod_refs`` + ``add`` + ``seal`` add to
   it (µs per record, timed around the calls, less the clock's own cost; the better of
   ``--repeats`` runs: two cores are shared, the minimum is the least disturbed);
-- the audit writer's work on those frames in batches of ``--flush`` records: reading them and
+- the audit writer's work on those frames in batches of ``--flush`` records: reading them (which
+  decodes each message to spell its subjects) and
   ``AuditIndex.write`` (records per second of the writer's CPU and of wall time), into SQLite
   and, when ``STRATA_PG_URL`` is set, PostgreSQL;
 - bytes per record: the growth of the database over an empty one (SQLite after VACUUM; for
@@ -131,7 +132,7 @@ def _timed_fold(records: Sequence[LogRecord], values: Sequence[bytes], frames: l
         t1 = clock()
         outcome = state.apply_at(offset, record)
         t2 = clock()
-        add(offset, TIME_MS + offset, values[offset], outcome, ctx, audit.subjects(record, ctx, state.last_object))
+        add(offset, TIME_MS + offset, values[offset], outcome, ctx, audit.pod_refs(record, state.last_object))
         if (offset + 1) % BLOCK_RECORDS == 0 or offset + 1 == len(records):
             frames.append(b"".join(packer.seal(offset + 1, urgent=False)))
         t3 = clock()

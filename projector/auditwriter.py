@@ -1,15 +1,17 @@
 """The audit index's writer: a process of its own, fed by the fold as it goes.
 
 The fold's thread keeps, per record, references it holds already (``audit.Kept``: the message
-as the log holds it, the stamp, the fold's outcome and pod context) and the record's subjects
-(``audit.subjects``), and every block's worth of records (``BLOCK_RECORDS`` offsets) packs them
-into one frame for the writer: the stamps and sizes as arrays, the subjects, the few records
-whose outcome is not a plain "applied" or that carry a pod context, and after them the messages
-themselves, written to the pipe from where the log's client left them (``os.writev``), never
-copied into frame-sized buffers (the join, the encoding and the length prefix were three copies
-a frame). Nothing kept is an object the collector walks for long, and no fork copies
-the fold's pages for the audit. The writer decodes nothing: it stores blocks and postings in one
-transaction for what it has read, and answers with how far the index goes.
+as the log holds it, the stamp, the fold's outcome and pod context) and, for a pod, what only
+its parse of the object says of the subjects (``audit.pod_refs``: the group and the node), and
+every block's worth of records (``BLOCK_RECORDS`` offsets) packs them into one frame for the
+writer: the stamps and sizes as arrays, the pods' refs, the few records whose outcome is not a
+plain "applied" or that carry a pod context, and after them the messages themselves, written to
+the pipe from where the log's client left them (``os.writev``), never copied into frame-sized
+buffers. Nothing kept is an object the collector walks for long, and no fork copies the fold's
+pages for the audit. The writer decodes each message (the generated reader) and spells its
+subjects out (``audit.subjects_of``: spelled by the fold, the strings took about a sixth of
+its thread, docs/projector.md), stores blocks and postings in one transaction for what it has
+read, and answers with how far the index goes.
 
     fold (AuditFeed)  --frames-->  python -m strata.projector.auditwriter  --acks-->  fold
 
@@ -47,13 +49,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from strata.log.errors import StrataError
-from strata.projector.audit import Context
-from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records, plain_context
+from strata.projector.audit import Context, PodRefs, subjects_of
+from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records, context_of, plain_context
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.gctune import tune_for_fold
 from strata.projector.state import Outcome
 from strata.projector.writer import die_with
-from strata.schemas import BadRecord, encode
+from strata.schemas import BadRecord, decode, encode
+from strata.schemas.codec import record_reader
 
 if TYPE_CHECKING:
     from strata.log.cachelog import LogEntry
@@ -82,11 +85,14 @@ class Frame(msgspec.Struct, array_like=True):
     """What the fold sends: records (none: a request to store what came before now), the version
     the index reaches once they are stored, and whether the fold waits for that (``urgent``:
     else the writer gathers frames into larger transactions). On the wire the records' messages
-    follow the head, whose ``records.values`` is empty."""
+    follow the head, whose ``records.values`` is empty, and instead of the records' subjects
+    the head holds each record's ``audit.pod_refs`` (``refs``), from which the writer spells
+    them out (``read_frame``)."""
 
     upto: int
     urgent: bool
     records: Records
+    refs: list[PodRefs] = []
 
 
 _read_head = msgspec.msgpack.Decoder(Frame).decode
@@ -99,11 +105,30 @@ def wire(head: bytes, values: list[bytes]) -> list[bytes]:
 
 
 def read_frame(data: bytes) -> Frame:
-    """A frame from its bytes on the pipe (as ``_take`` cuts them)."""
+    """A frame from its bytes on the pipe (as ``_take`` cuts them), its records' subjects spelled."""
     head_size = int.from_bytes(data[:_LENGTH], "little")
     frame = _read_head(memoryview(data)[_PREFIX : _PREFIX + head_size])
     frame.records.values = data[_PREFIX + head_size :]
+    frame.records.subjects = spelled(frame.records, frame.refs)
     return frame
+
+
+def spelled(records: Records, refs: list[PodRefs]) -> list[list[str]]:
+    """Each record's subjects (``audit.subjects``), from its message, its pod context (the
+    exceptions') and its ``pod_refs``: the same strings the fold would have spelled."""
+    contexts = {i: plain for i, _, _, plain in records.exceptions}
+    read = record_reader()
+    values = records.values
+    out: list[list[str]] = []
+    start = 0
+    for i, size in enumerate(records.column("sizes")):
+        value = values[start : start + size]
+        start += size
+        record = read(value) or decode(value)
+        plain = contexts.get(i)
+        ctx = () if plain == [] else context_of(plain)  # a BIND_GROUP of no binds: no contexts
+        out.append(list(subjects_of(record, ctx, refs[i])))  # type: ignore[arg-type]
+    return out
 
 
 def value_of(entry: LogEntry) -> bytes:
@@ -121,12 +146,10 @@ class Packer:
         self.first = -1
         self.values: list[bytes] = []
         self.stamps = array("q")
-        self.subjects: list[tuple[str, ...]] = []
+        self.refs: list[PodRefs] = []
         self.exceptions: list[tuple[int, str, str, Any]] = []
 
-    def add(
-        self, offset: int, time_ms: int, value: bytes, outcome: Outcome, ctx: Context, subjects: tuple[str, ...]
-    ) -> None:
+    def add(self, offset: int, time_ms: int, value: bytes, outcome: Outcome, ctx: Context, refs: PodRefs) -> None:
         values = self.values
         if not values:
             self.first = offset
@@ -134,15 +157,15 @@ class Packer:
             self.exceptions.append((len(values), outcome.result, outcome.reason, plain_context(ctx)))
         values.append(value)
         self.stamps.append(time_ms)
-        self.subjects.append(subjects)
+        self.refs.append(refs)
 
     def seal(self, upto: int, urgent: bool) -> list[bytes]:
         """The frame of what was added since the last seal (maybe nothing), as ``wire`` buffers."""
         values = self.values
         sizes = array("I", map(len, values)).tobytes()
         first = self.first if values else upto
-        head = _encode((upto, urgent, (first, self.stamps.tobytes(), sizes, b"", self.subjects, self.exceptions)))
-        self.values, self.stamps, self.subjects, self.exceptions = [], array("q"), [], []
+        head = _encode((upto, urgent, (first, self.stamps.tobytes(), sizes, b"", [], self.exceptions), self.refs))
+        self.values, self.stamps, self.refs, self.exceptions = [], array("q"), [], []
         return wire(head, values)
 
     @property
@@ -171,12 +194,10 @@ class AuditFeed:
         self._acked_since_start = 0
         self._start()
 
-    def add(
-        self, offset: int, time_ms: int, value: bytes, outcome: Outcome, ctx: Context, subjects: tuple[str, ...]
-    ) -> None:
+    def add(self, offset: int, time_ms: int, value: bytes, outcome: Outcome, ctx: Context, refs: PodRefs) -> None:
         """Keep one record (after the fold applied it); a block's last record seals a frame."""
         if offset >= self.indexed:  # a restart from an older checkpoint folds indexed records again
-            self.packer.add(offset, time_ms, value, outcome, ctx, subjects)
+            self.packer.add(offset, time_ms, value, outcome, ctx, refs)
             if (offset + 1) % BLOCK_RECORDS == 0:
                 self._send_frame(offset + 1, urgent=False)
 

@@ -345,9 +345,7 @@ class _Following:
             ctx = None if type(record) is WatchEvent else audit.context(state, record)
             outcome = state.apply_at(entry.offset, record)
             value = entry.value if type(record) is WatchEvent and entry.value else value_of(entry)
-            feed.add(
-                entry.offset, entry.timestamp_ms, value, outcome, ctx, audit.subjects(record, ctx, state.last_object)
-            )
+            feed.add(entry.offset, entry.timestamp_ms, value, outcome, ctx, audit.pod_refs(record, state.last_object))
         if outcome.result == "bad":
             self.progress.bad += 1
         FOLLOWING.applied_entry(entry.offset, entry.timestamp_ms, record)

@@ -60,6 +60,7 @@ class Folded(list[audit.Kept]):
     own view of each."""
 
     subjects: list[tuple[str, ...]]
+    refs: list[audit.PodRefs]  # what the projector hands the index's writer instead of the subjects
     seen: list[audit.AuditEntry]
 
     def records(self, low: int = 0, high: int | None = None) -> Records:
@@ -70,7 +71,7 @@ def folded(data: bytes) -> Folded:
     """A trace folded as the projector folds it (stamps: 7 ms apart)."""
     state = CacheState()
     out = Folded()
-    out.seen, out.subjects = [], []
+    out.seen, out.subjects, out.refs = [], [], []
     for offset, (_, line) in enumerate(split_lines(data)):
         record = parse_line(line, "t")
         ctx = audit.context(state, record)
@@ -78,6 +79,7 @@ def folded(data: bytes) -> Folded:
         stamp = START_MS + 7 * offset
         out.append(audit.Kept(offset, stamp, encode(record), outcome, ctx))
         out.subjects.append(audit.subjects(record, ctx, state.last_object))
+        out.refs.append(audit.pod_refs(record, state.last_object))
         fields = audit.pod_fields(state.last_object) if getattr(record, "kind", None) == "Pod" else None
         out.seen.append(audit.AuditEntry(offset, stamp, record, outcome, ctx, fields))
     return out

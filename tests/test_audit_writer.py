@@ -28,7 +28,7 @@ def feed_all(feed: AuditFeed, kept: Folded, low: int = 0, high: int | None = Non
     """Add the records as the projector does, pumping now and then and sealing on idle moments."""
     for n in range(low, len(kept) if high is None else high):
         k = kept[n]
-        feed.add(k.offset, k.time_ms, k.value, k.outcome, k.context, kept.subjects[n])
+        feed.add(k.offset, k.time_ms, k.value, k.outcome, k.context, kept.refs[n])
         if n % 97 == 0:
             feed.pump()
         if n % 1500 == 1499:
@@ -123,7 +123,7 @@ def test_a_writer_that_cannot_write_tries_again_and_the_fold_waits(stores: Store
     back.start()
     for n in range(BLOCK_RECORDS, 4 * BLOCK_RECORDS):
         k = generated[n]
-        feed.add(k.offset, k.time_ms, k.value, k.outcome, k.context, generated.subjects[n])
+        feed.add(k.offset, k.time_ms, k.value, k.outcome, k.context, generated.refs[n])
     assert feed.backlog == 3 * BLOCK_RECORDS
     waited = feed.wait(below=BLOCK_RECORDS)
     back.join()
