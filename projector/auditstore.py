@@ -221,10 +221,10 @@ def plain_context(ctx: Context) -> Any:
 
 
 def context_of(plain: Any) -> Context:
-    """``plain_context``'s inverse."""
+    """``plain_context``'s inverse (an empty list: a BIND_GROUP's contexts, of no binds)."""
     if plain is None:
         return None
-    if plain and isinstance(plain[0], list):
+    if not plain or isinstance(plain[0], list):
         return tuple(PodContext(*c) for c in plain)
     return PodContext(*plain)
 

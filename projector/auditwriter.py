@@ -125,9 +125,7 @@ def spelled(records: Records, refs: list[PodRefs]) -> list[list[str]]:
         value = values[start : start + size]
         start += size
         record = read(value) or decode(value)
-        plain = contexts.get(i)
-        ctx = () if plain == [] else context_of(plain)  # a BIND_GROUP of no binds: no contexts
-        out.append(list(subjects_of(record, ctx, refs[i])))  # type: ignore[arg-type]
+        out.append(list(subjects_of(record, context_of(contexts.get(i)), refs[i])))  # type: ignore[arg-type]
     return out
 
 

@@ -29,7 +29,9 @@ from strata.projector.auditstore import (
     AuditPostingRow,
     Block,
     Records,
+    context_of,
     encode_block,
+    plain_context,
 )
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.sqlstore import SqlCheckpointStore
@@ -253,3 +255,11 @@ def test_0004_forgets_the_summaries_blocks(url: str):
             assert conn.execute(text("SELECT count(*) FROM audit_postings")).scalar_one() == 0
     finally:
         engine.dispose()
+
+
+def test_a_pod_context_reads_back_as_it_was_kept() -> None:
+    """What the index keeps of a record's pod context (``plain_context``) gives it back, a
+    BIND_GROUP's of no binds included (an empty list, which reading back once raised TypeError)."""
+    pod = audit.PodContext("ns", "p", "ns/job", "node-1")
+    for ctx in (None, pod, (pod, audit.PodContext(None, None, None, "")), ()):
+        assert context_of(plain_context(ctx)) == ctx
