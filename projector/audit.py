@@ -181,15 +181,25 @@ def subjects_of(record: LogRecord, context: Context, refs: PodRefs) -> tuple[str
     kind = type(record)
     if kind is WatchEvent:
         assert isinstance(record, WatchEvent)
-        if record.kind != "Pod":
-            return _object_subjects(record)
-        return _pod_subjects(record, *(refs or (None, None)))
+        return watch_subjects(record.kind, record.namespace, record.name, record.uid, refs)
     if kind in _SCHEDULER_RECORDS:
         return _scheduler_subjects(record, context if isinstance(context, PodContext) else None)  # type: ignore[arg-type]
     if kind is BindGroup:
         assert isinstance(record, BindGroup)
         return _group_subjects(record, () if context is None or isinstance(context, PodContext) else context)
     return ()
+
+
+# The fields of a WatchEvent its subjects are spelled from (with its pod_refs), in the order
+# ``watch_subjects`` takes them: the index's writer reads these alone of each message.
+WATCH_SUBJECT_FIELDS = ("kind", "namespace", "name", "uid")
+
+
+def watch_subjects(kind: str, namespace: str | None, name: str, uid: str | None, refs: PodRefs) -> tuple[str, ...]:
+    """``subjects_of`` a watch event, from its WATCH_SUBJECT_FIELDS and its ``pod_refs``."""
+    if kind != "Pod":
+        return _object_subjects(kind, namespace, name)
+    return _pod_subjects(namespace, name, uid, *(refs or (None, None)))
 
 
 def _pod_refs(obj: Any) -> tuple[object, object]:
@@ -266,18 +276,19 @@ def _watch(record: WatchEvent, outcome: Outcome, fields: dict[str, Any] | None) 
     if outcome.reason:
         summary["reason"] = outcome.reason
     if fields is None:
-        return Described(record.op, _object_subjects(record), summary)
+        return Described(record.op, _object_subjects(record.kind, record.namespace, record.name), summary)
     summary["fields"] = fields
-    return Described(record.op, _pod_subjects(record, _group_of(fields), fields.get("nodeName")), summary)
+    subjects = _pod_subjects(record.namespace, record.name, record.uid, _group_of(fields), fields.get("nodeName"))
+    return Described(record.op, subjects, summary)
 
 
-def _pod_subjects(record: WatchEvent, group: object, node: object) -> tuple[str, ...]:
+def _pod_subjects(namespace: str | None, name: str, uid: str | None, group: object, node: object) -> tuple[str, ...]:
     # the pod's own subject first: the index keys a pod's consecutive versions by it
-    found = [f"pod:{record.namespace}/{record.name}"]
-    if record.uid:
-        found.append(f"uid:{record.uid}")
+    found = [f"pod:{namespace}/{name}"]
+    if uid:
+        found.append(f"uid:{uid}")
     if isinstance(group, str) and group:
-        found.append(f"job:{record.namespace}/{group}")
+        found.append(f"job:{namespace}/{group}")
     if isinstance(node, str) and node:
         found.append(f"node:{node}")
     return tuple(found)
@@ -288,12 +299,12 @@ def _group_of(fields: dict[str, Any]) -> object:
     return annotations.get(GROUP_NAME) if isinstance(annotations, dict) else None
 
 
-def _object_subjects(record: WatchEvent) -> tuple[str, ...]:
+def _object_subjects(kind: str, namespace: str | None, name: str) -> tuple[str, ...]:
     """The subject of a watch event of any kind but a pod (none for a kind no history covers)."""
-    if record.kind not in _SUBJECT_OF_KIND:
+    if kind not in _SUBJECT_OF_KIND:
         return ()
-    name = f"{record.namespace}/{record.name}" if record.kind == "PodGroup" else record.name
-    return (f"{_SUBJECT_OF_KIND[record.kind]}:{name}",)
+    shown = f"{namespace}/{name}" if kind == "PodGroup" else name
+    return (f"{_SUBJECT_OF_KIND[kind]}:{shown}",)
 
 
 def pod_fields(obj: Any) -> dict[str, Any]:

@@ -49,14 +49,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 
 from strata.log.errors import StrataError
-from strata.projector.audit import Context, PodRefs, subjects_of
+from strata.projector.audit import WATCH_SUBJECT_FIELDS, Context, PodRefs, subjects_of, watch_subjects
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records, context_of, plain_context
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.gctune import tune_for_fold
 from strata.projector.state import Outcome
 from strata.projector.writer import die_with
-from strata.schemas import BadRecord, decode, encode
-from strata.schemas.codec import record_reader
+from strata.schemas import BadRecord, WatchEvent, decode, encode
+from strata.schemas.codec import head_reader, record_reader
 
 if TYPE_CHECKING:
     from strata.log.cachelog import LogEntry
@@ -115,18 +115,29 @@ def read_frame(data: bytes) -> Frame:
 
 def spelled(records: Records, refs: list[PodRefs]) -> list[list[str]]:
     """Each record's subjects (``audit.subjects``), from its message, its pod context (the
-    exceptions') and its ``pod_refs``: the same strings the fold would have spelled."""
+    exceptions') and its ``pod_refs``: the same strings the fold would have spelled. A watch
+    event's are read from its first fields alone (most records: no copy, no record made)."""
     contexts = {i: plain for i, _, _, plain in records.exceptions}
+    head = _watch_head()
     read = record_reader()
     values = records.values
     out: list[list[str]] = []
     start = 0
     for i, size in enumerate(records.column("sizes")):
-        value = values[start : start + size]
+        fields = head(values, start)
+        if fields is not None:
+            out.append(list(watch_subjects(*fields, refs[i])))
+        else:
+            value = values[start : start + size]
+            record = read(value) or decode(value)
+            out.append(list(subjects_of(record, context_of(contexts.get(i)), refs[i])))  # type: ignore[arg-type]
         start += size
-        record = read(value) or decode(value)
-        out.append(list(subjects_of(record, context_of(contexts.get(i)), refs[i])))  # type: ignore[arg-type]
     return out
+
+
+@functools.cache
+def _watch_head() -> Callable[[bytes, int], tuple[Any, ...] | None]:
+    return head_reader(WatchEvent.SCHEMA, WATCH_SUBJECT_FIELDS)
 
 
 def value_of(entry: LogEntry) -> bytes:

@@ -104,6 +104,45 @@ def record_reader(catalog: Catalog | None = None) -> Callable[[bytes], Record | 
     return read
 
 
+def head_reader(
+    full_name: str, names: tuple[str, ...], catalog: Catalog | None = None
+) -> Callable[[bytes, int], tuple[Any, ...] | None]:
+    """A reader of a few leading fields of ``full_name``'s current version: given a buffer and
+    where a message of it begins, the values of ``names`` (fields the schema puts before any it
+    does not read past), or None for a message of any other schema or version, or one it cannot
+    read (``decode`` is then the caller's to use). It reads no further than the last field
+    named, so a WatchEvent's kind, namespace, name and uid cost no copy of its object: the
+    audit index's writer spells a record's subjects from those alone.
+
+    It trusts what it reads as far as it reads (no trailing-bytes check): it serves messages
+    the fold has decoded already."""
+    catalog = catalog or default_catalog()
+    version = catalog.current(full_name)
+    fields: list[dict[str, Any]] = version.parsed["fields"]
+    order = [f["name"] for f in fields]
+    last = max(order.index(n) for n in names)
+    source = _Source()
+    for i, f in enumerate(fields[: last + 1]):
+        source.emit(f"f{i}", f["type"], "    ")
+    lines = ["def read(data, pos):", "    size = len(data)", "    pos += HEADER_SIZE", *source.lines]
+    lines.append(f"    return ({', '.join(f'f{order.index(n)}' for n in names)},)")
+    namespace: dict[str, Any] = {"_Irregular": _Irregular, "_long": _long, "HEADER_SIZE": HEADER_SIZE}
+    namespace.update(source.constants, _map_of_strings=_map_of_strings)
+    exec(compile("\n".join(lines) + "\n", "<strata.schemas.codec head reader>", "exec"), namespace)
+    fields_at: Callable[[bytes, int], tuple[Any, ...]] = namespace["read"]
+    header = MARKER + version.fingerprint
+
+    def read(data: bytes, start: int) -> tuple[Any, ...] | None:
+        if data.startswith(header, start):
+            try:
+                return fields_at(data, start)
+            except _IRREGULAR:
+                pass
+        return None
+
+    return read
+
+
 def decode_datum(data: bytes, catalog: Catalog | None = None) -> tuple[str, dict[str, Any]]:
     """(schema full name, datum under the current reader version) of the message ``data``."""
     catalog = catalog or default_catalog()

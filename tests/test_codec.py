@@ -254,3 +254,37 @@ def test_irregular_encodings_are_fastavros_to_read(monkeypatch):
     for data in messages:
         for fn in (decode, decode_datum):
             assert _outcome(fn, data) == _fastavro_only(monkeypatch, fn, data), data.hex()
+
+
+WATCH_HEAD = ("kind", "namespace", "name", "uid")
+
+
+@pytest.mark.parametrize("record", ONE_OF_EACH, ids=lambda r: type(r).__name__)
+def test_a_head_reader_reads_its_fields_where_a_message_begins(record):
+    """A WatchEvent's leading fields as ``decode`` reads them, from inside a larger buffer;
+    None for a message of any other schema."""
+    from strata.schemas.codec import head_reader
+
+    read = head_reader(WatchEvent.SCHEMA, WATCH_HEAD)
+    data = encode(record)
+    buffer = b"\x07" * 5 + data + encode(Synced(kind="Pod"))
+    if isinstance(record, WatchEvent):
+        assert read(buffer, 5) == tuple(getattr(record, name) for name in WATCH_HEAD)
+        assert read(data, 0) == read(buffer, 5)
+    else:
+        assert read(buffer, 5) is None
+
+
+def test_a_head_reader_gives_up_on_what_it_cannot_read():
+    """A message cut inside the fields it reads, or an out-of-range union index: None, for the
+    caller to ``decode`` (which says what is wrong); a cut after them is not its to see."""
+    from strata.schemas.codec import head_reader
+
+    read = head_reader(WatchEvent.SCHEMA, WATCH_HEAD)
+    data = encode(ONE_OF_EACH[0])
+    uid_end = data.index(b"u1") + 2
+    assert [read(data[:cut], 0) for cut in range(uid_end)] == [None] * uid_end
+    assert read(data[:uid_end], 0) == ("Pod", "ns", "p", "u1")
+    bad_union = bytearray(data)
+    bad_union[data.index(b"ns") - 2] = 0x06  # the namespace's union index: 3, of two branches
+    assert read(bytes(bad_union), 0) is None
