@@ -126,7 +126,8 @@ def spelled(records: Records, refs: list[PodRefs]) -> list[list[str]]:
     for i, size in enumerate(records.column("sizes")):
         fields = head(values, start)
         if fields is not None:
-            out.append(list(watch_subjects(*fields, refs[i])))
+            kind, namespace, name, uid = fields
+            out.append(list(watch_subjects(kind, namespace, name, uid, refs[i])))
         else:
             value = values[start : start + size]
             record = read(value) or decode(value)
