@@ -53,6 +53,7 @@ from strata.projector.audit import WATCH_SUBJECT_FIELDS, Context, PodRefs, subje
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records, context_of, plain_context
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.gctune import tune_for_fold
+from strata.projector.release import Release
 from strata.projector.state import Outcome
 from strata.projector.writer import die_with
 from strata.schemas import BadRecord, WatchEvent, decode, encode
@@ -73,7 +74,6 @@ _PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged F_SETPIPE_S
 _F_SETPIPE_SZ = 1031
 _LENGTH = 4
 _PREFIX = 2 * _LENGTH  # a frame's head's length, then its messages'
-_FREED_PER_PUMP = 2  # acknowledged frames let go at once (``pump`` runs several times a frame)
 _IOV_MAX = 1024  # buffers one writev takes (Linux's UIO_MAXIOV)
 _ACK = 8
 _encode = msgspec.msgpack.Encoder().encode
@@ -190,10 +190,11 @@ class AuditFeed:
 
     COMMAND = (sys.executable, "-m", "strata.projector.auditwriter")
 
-    def __init__(self, url: str, log: LogIdentity, indexed: int) -> None:
+    def __init__(self, url: str, log: LogIdentity, indexed: int, release: Release | None = None) -> None:
         self.url = url
         self.log = log
         self.indexed = indexed  # the index holds records 0 .. indexed - 1
+        self.release = release  # where acknowledged frames go (None: dropped at once)
         self.packer = Packer()
         self.restarts = 0
         self._unacked: deque[tuple[int, list[bytes]]] = deque()  # (upto, frame's buffers), oldest first
@@ -352,12 +353,14 @@ class AuditFeed:
         for i in range(0, whole, _ACK):
             self.indexed = max(self.indexed, int.from_bytes(self._acks[i : i + _ACK], "little"))
         self._acks = self._acks[whole:]
-        # A few frames a call: a transaction's acknowledgement frees up to FRAMES_PER_WRITE frames'
-        # messages, tens of thousands of objects (20-34 ms in one pause, measured at 5k/150k).
-        for _ in range(_FREED_PER_PUMP):
-            if not self._unacked or self._unacked[0][0] > self.indexed:
-                break
-            self._unacked.popleft()
+        # A transaction's acknowledgement lets go of up to FRAMES_PER_WRITE frames' messages, tens
+        # of thousands of objects (20-34 ms in one pause, measured at 5k/150k): the release frees
+        # them a few a pause.
+        unacked = self._unacked
+        while unacked and unacked[0][0] <= self.indexed:
+            _, frame = unacked.popleft()
+            if self.release is not None:
+                self.release.keep(frame)
 
 
 def _widen(fd: int) -> None:
@@ -371,24 +374,35 @@ def _frames(fd: int, buffer: bytearray) -> Iterator[list[Frame]]:
     """The frames on ``fd`` to store in one transaction: FRAMES_PER_WRITE of them, or fewer when
     one is urgent, when none came for GATHER_S, or at the end of input."""
     frames: list[Frame] = []
-    while True:
-        payload = _take(buffer)
-        if payload is not None:
-            frames.append(read_frame(payload))
-            if frames[-1].urgent or len(frames) >= FRAMES_PER_WRITE:
-                yield frames
-                frames = []
-            continue
-        if frames and not select.select([fd], [], [], GATHER_S)[0]:
+    while (payload := _next(fd, buffer, GATHER_S if frames else None)) is not None:
+        if payload is _QUIET:
             yield frames  # the fold went quiet: what came is stored now
             frames = []
             continue
+        frames.append(read_frame(payload))
+        if frames[-1].urgent or len(frames) >= FRAMES_PER_WRITE:
+            yield frames
+            frames = []
+    if frames:
+        yield frames
+
+
+# What ``_next`` gives when nothing came in time: no payload is empty (each has its lengths).
+_QUIET = b""
+
+
+def _next(fd: int, buffer: bytearray, timeout_s: float | None) -> bytes | None:
+    """The next whole payload on ``fd`` (the settings, or a frame: ``_take``'s), reading into
+    ``buffer`` as needed; ``_QUIET`` when no byte came for ``timeout_s`` (None: wait), None at
+    the end of input."""
+    while (payload := _take(buffer)) is None:
+        if timeout_s is not None and not select.select([fd], [], [], timeout_s)[0]:
+            return _QUIET
         data = os.read(fd, 1 << 20)
         if not data:
-            if frames:
-                yield frames
-            return
+            return None
         buffer += data
+    return payload
 
 
 def _take(buffer: bytearray) -> bytes | None:
@@ -409,11 +423,9 @@ def run(stdin: int, stdout: int) -> None:
     from strata.projector.sqlstore import SqlCheckpointStore
 
     buffer = bytearray()
-    while (hello := _take(buffer)) is None:
-        data = os.read(stdin, 1 << 16)
-        if not data:
-            return  # the fold stopped before it said anything
-        buffer += data
+    hello = _next(stdin, buffer, None)
+    if hello is None:
+        return  # the fold stopped before it said anything
     settings = _decode(memoryview(hello)[_PREFIX:])
     die_with(settings["parent"])
     store = _retried("open the database", lambda: SqlCheckpointStore(settings["url"]))

@@ -6,7 +6,9 @@ once: when a checkpoint's writer is collected, the previous checkpoint's snapsho
 rendering base) went that way, and under a steady churn of pods it paused the fold 50-100 ms.
 So a follower hands such a snapshot to a ``Release``, which keeps its shards (and a rendering
 base's fragments) as separate parts and drops ``PARTS_PER_TEND`` of them in each of the
-follower's pauses. What is freed, and when, never reaches the state.
+follower's pauses. The audit index's feed hands over its frames the same way once the writer
+has stored them (a transaction's acknowledgement lets go of up to 32 frames of 1,024 messages).
+What is freed, and when, never reaches the state.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from strata.projector.snapshot import Fragments, Snapshot
 from strata.projector.statedigest import MAPS
 
 # A part is one of a map's 64 shards (at 150,000 pods a task shard holds about 2,300 entries,
-# a few ms to free when it is their last holder) or one dict of fragments.
+# a few ms to free when it is their last holder), one dict of fragments, or one audit frame.
 PARTS_PER_TEND = 4
 
 
@@ -43,6 +45,10 @@ class Release:
         """Take over ``item``'s parts; the caller then drops its own reference at no cost."""
         if item is not None:
             self._parts.extend(parts_of(item))
+
+    def keep(self, part: object) -> None:
+        """Take over one part (an audit frame's buffers)."""
+        self._parts.append(part)
 
     def tend(self, count: int = PARTS_PER_TEND) -> None:
         """Let go of up to ``count`` parts."""

@@ -159,8 +159,13 @@ class LogRunner:
         if health is not None:
             health.require(lambda: sync_reason(restored[0] if restored else None, end, kinds))
         indexed = audit_index.indexed_to(self.identity) if audit_index else None
+        release = Release()  # what the fold lets go of, a few parts a pause
         # started first: its interpreter starts while the checkpoint is restored
-        feed = _feed(audit_index, self.identity, indexed) if audit_index is not None and indexed is not None else None
+        feed = (
+            _feed(audit_index, self.identity, indexed, release)
+            if audit_index is not None and indexed is not None
+            else None
+        )
         try:
             LOG.info("restoring the newest checkpoint")
             state = self.restore(at_or_below=indexed)
@@ -169,7 +174,7 @@ class LogRunner:
             gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
             progress = Progress(state.version, end)
             FOLLOWING.end, FOLLOWING.version = end, state.version
-            run = _Following(self, state, feed, audit_index, digests, progress, every_records, every_seconds)
+            run = _Following(self, state, feed, audit_index, digests, progress, every_records, every_seconds, release)
             self._loop(run, stop, report, report_seconds, health, on_request)
             run.finish()
             if digests is not None:
@@ -269,8 +274,8 @@ def sync_reason(state: CacheState | None, end: int, kinds: Sequence[str]) -> str
     return None
 
 
-def _feed(index: AuditIndex, log: LogIdentity, indexed: int) -> AuditFeed:
-    return AuditFeed(index.engine.url.render_as_string(hide_password=False), log, indexed)
+def _feed(index: AuditIndex, log: LogIdentity, indexed: int, release: Release) -> AuditFeed:
+    return AuditFeed(index.engine.url.render_as_string(hide_password=False), log, indexed, release)
 
 
 def _ready(state: CacheState) -> bool:
@@ -316,6 +321,7 @@ class _Following:
         progress: Progress,
         every_records: int,
         every_seconds: float,
+        release: Release,
     ) -> None:
         self.runner = runner
         self.state = state
@@ -325,7 +331,7 @@ class _Following:
         self.every_records = every_records
         self.every_seconds = every_seconds
         self.tend_mask = TEND_EVERY - 1 if every_records >= CHECK_ALWAYS_BELOW else 0
-        self.release = Release()  # what the fold lets go of, a few parts a pause
+        self.release = release  # what the fold lets go of (the feed's frames too), a few parts a pause
         self.writer = Writer(runner.store, runner.identity, audit_index, self.release)
         self.restored = state.version
         self.requested = state.version  # the version of the newest checkpoint handed to the writer

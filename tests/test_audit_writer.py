@@ -20,6 +20,7 @@ import pytest
 from strata.log.errors import StrataError
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex
 from strata.projector.auditwriter import AuditFeed
+from strata.projector.release import PARTS_PER_TEND, Release
 from strata.projector.sqlstore import SqlCheckpointStore
 from tests.test_audit_store import LOG, Folded, _stored, generated, url  # noqa: F401 (fixtures)
 
@@ -203,3 +204,19 @@ def test_a_database_away_at_the_start_is_waited_for(tmp_path: Path, generated: F
         assert AuditIndex(store.engine).indexed_to(LOG) == 2 * BLOCK_RECORDS
     finally:
         store.close()
+
+
+def test_acknowledged_frames_go_to_the_release(tmp_path: Path, generated: Folded) -> None:  # noqa: F811
+    """Stored frames are let go of by the follower's release, a few parts a pause, not all at
+    once when a transaction's acknowledgement comes; frames not stored yet stay with the feed."""
+    release = Release()
+    feed = AuditFeed(f"sqlite:///{tmp_path / 'a.db'}", LOG, 0, release)
+    try:
+        feed_all(feed, generated, 0, 3 * BLOCK_RECORDS)
+        feed.pump()
+        kept = len(release)  # every frame sent (a block's, an idle moment's), none dropped yet
+        assert feed.backlog == 0 and kept >= 3
+        release.tend()
+        assert len(release) == kept - PARTS_PER_TEND
+    finally:
+        feed.close()
