@@ -124,8 +124,7 @@ class LogRunner:
     def state_at(self, end: int) -> CacheState:
         """The state after records 0..end-1: a checkpoint at or below ``end`` plus the tail."""
         state = self.restore(at_or_below=end)
-        for entry in self.reader.read(start=state.version, end=end):
-            state.apply_at(entry.offset, entry.record)
+        self.reader.feed(state.apply_at, state.apply_object_at, start=state.version, end=end)
         state.expect_offset(end)
         return state
 

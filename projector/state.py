@@ -95,6 +95,23 @@ class CacheState:
         self.expect_offset(offset)
         return self.apply(record)
 
+    def apply_object_at(self, offset: int, op: str, raw: bytes) -> Outcome:
+        """``apply_at`` of a WatchEvent given its op and its object's bytes: all the fold reads of
+        one, for a reader that does not build the record."""
+        self.expect_offset(offset)
+        return self.apply_object(op, raw)
+
+    def apply_object(self, op: str, raw: bytes) -> Outcome:
+        """A WatchEvent's op and the JSON bytes of its object."""
+        try:
+            obj = objectjson.loads(raw)
+        except ValueError as exc:
+            self.version += 1
+            self.last_object = None
+            return Outcome("bad", f"object is not JSON: {exc}")
+        self.last_object = obj  # for observers of the fold (the audit index): parsed once
+        return self.apply_watch(op, obj)
+
     def expect_offset(self, offset: int) -> None:
         """Raise ``GapError`` unless ``offset`` is the one this state applies next."""
         if offset != self.version:
@@ -106,14 +123,7 @@ class CacheState:
     def apply(self, record: LogRecord) -> Outcome:
         """Apply one record of the cache log (a trace's next line; the log's through ``apply_at``)."""
         if isinstance(record, WatchEvent):
-            try:
-                obj = objectjson.loads(record.object)
-            except ValueError as exc:
-                self.version += 1
-                self.last_object = None
-                return Outcome("bad", f"object is not JSON: {exc}")
-            self.last_object = obj  # for observers of the fold (the audit index): parsed once
-            return self.apply_watch(record.op, obj)
+            return self.apply_object(record.op, record.object)
         if isinstance(record, Bind):
             return self.bind(record.pod, record.node)
         if isinstance(record, BindGroup):

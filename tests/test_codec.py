@@ -288,3 +288,58 @@ def test_a_head_reader_gives_up_on_what_it_cannot_read():
     bad_union = bytearray(data)
     bad_union[data.index(b"ns") - 2] = 0x06  # the namespace's union index: 3, of two branches
     assert read(bytes(bad_union), 0) is None
+
+
+def _watch(size: int, observed: int | None = None) -> WatchEvent:
+    return WatchEvent(
+        op="MODIFIED", api_version="v1", kind="Pod", name="p", source="s", object=b"x" * size, observed_time_ms=observed
+    )
+
+
+# lengths and longs at the edges of one, two and three bytes of varint (zigzag: 63 | 64, 8191 | 8192)
+WIDE = [_watch(n) for n in (63, 64, 200, 8191, 8192, 70_000)] + [
+    _watch(0, t) for t in (-64, -65, 63, 64, -8192, -8193, 8191, 8192, 2**55, -(2**55) - 1)
+]
+
+
+@pytest.mark.parametrize("record", WIDE, ids=lambda r: f"{len(r.object)}-{r.observed_time_ms}")
+def test_the_generated_readers_read_varints_of_every_width(record):
+    from strata.schemas import codec
+
+    data = encode(record)
+    compiled = codec._fast_reader(data, default_catalog())
+    assert compiled is not None and compiled.record is not None and compiled.record(data) == record
+    assert decode(data) == record
+
+
+def test_a_two_byte_length_cut_or_corrupted_is_read_as_fastavro_reads_it(monkeypatch):
+    for data in _irregular(_watch(100)):
+        for fn in (decode, decode_datum):
+            assert _outcome(fn, data) == _fastavro_only(monkeypatch, fn, data), data.hex()
+
+
+@pytest.mark.parametrize("record", ONE_OF_EACH + WIDE[:3], ids=lambda r: type(r).__name__)
+def test_a_fields_reader_keeps_the_fields_named(record):
+    """A WatchEvent's op and object, as ``decode`` reads them; None for a message of any other schema."""
+    from strata.schemas.codec import fields_reader
+
+    read = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
+    got = read(encode(record))
+    assert got == ((record.op, record.object) if isinstance(record, WatchEvent) else None)
+
+
+def test_a_fields_reader_reads_what_decode_reads_and_no_more():
+    """For every cut, corrupted or extended message: None, or the fields of what ``decode``
+    reads from it. It never reads a message that ``decode`` refuses."""
+    from strata.schemas.codec import fields_reader
+
+    read = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
+    read_some = 0
+    for record in (ONE_OF_EACH[0], _watch(100)):
+        for data in _irregular(record):
+            got = read(data)
+            if got is not None:
+                decoded = decode(data)
+                assert isinstance(decoded, WatchEvent) and got == (decoded.op, decoded.object), data.hex()
+                read_some += 1
+    assert read_some > 0

@@ -13,7 +13,7 @@ from strata.log.config import Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES
 from strata.log.topics import TopicNames, ensure_topics, plan
-from strata.schemas import BadRecord, encode
+from strata.schemas import BadRecord, WatchEvent, encode
 from tests.test_codec import ONE_OF_EACH
 
 pytestmark = pytest.mark.kafka
@@ -126,3 +126,37 @@ def test_the_producer_is_idempotent(kafka: Settings):
 
     config = producer_config(kafka)
     assert config["enable.idempotence"] is True and config["acks"] == "all"
+
+
+def test_a_feed_hands_the_fold_what_read_gives(kafka: Settings):
+    """``feed``: a WatchEvent as its op and object, every other record (a bad one too, counted)
+    whole, at the offsets ``read`` gives them; a fold of either is the same state."""
+    from strata.projector.state import CacheState
+
+    names = TopicNames(kafka.topic_prefix)
+    watch = encode(LOG_RECORDS[0])
+    values = [encode(r) for r in LOG_RECORDS] + [watch[:-1], b"\x00garbage{", watch]
+    raw = Producer(kafka.client_config())
+    for value in values:
+        raw.produce(names.cache_log, value)
+    assert raw.flush(10) == 0
+
+    fed: list[tuple[int, object]] = []
+    feeder = CacheLogReader(kafka)
+    feeder.feed(lambda o, r: fed.append((o, r)), lambda o, op, obj: fed.append((o, (op, obj))), start=1)
+    reader = CacheLogReader(kafka)
+    read = [(e.offset, e.record) for e in reader.read(start=1)]
+    assert [o for o, _ in fed] == [o for o, _ in read] == list(range(1, len(values)))
+    for (_, got), (_, record) in zip(fed, read, strict=True):
+        watched = isinstance(record, WatchEvent)
+        assert got == ((record.op, record.object) if watched else record)
+    assert isinstance(fed[-3][1], BadRecord) and isinstance(fed[-2][1], BadRecord)  # the cut and the garbage
+    assert fed[-1][1] == (LOG_RECORDS[0].op, LOG_RECORDS[0].object)
+    assert (feeder.stats.records, feeder.stats.bad) == (reader.stats.records, reader.stats.bad)
+
+    fold, refold = CacheState(), CacheState()
+    CacheLogReader(kafka).feed(fold.apply_at, fold.apply_object_at)
+    for entry in CacheLogReader(kafka).read():
+        refold.apply_at(entry.offset, entry.record)
+    assert fold.version == refold.version == len(values)
+    assert fold.snapshot().canonical_bytes() == refold.snapshot().canonical_bytes()
