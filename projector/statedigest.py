@@ -38,9 +38,10 @@ MODULUS = 1 << 256
 # no slice pauses the fold for long (about 6 us an object, three times that while a checkpoint's
 # forked writer makes the fold's first touch of each page a copy): every SETTLE_EVERY versions,
 # at most SETTLE_BUDGET objects, four a record, more than a record changes. An object changed
-# twice within a slice is hashed once. (1,024 and 4,096 made slices of 30-41 ms under load.)
-SETTLE_EVERY = 512
-SETTLE_BUDGET = 2048
+# twice within a slice is hashed once. (1,024 and 4,096 made slices of 30-41 ms under load; 512
+# and 2,048 slices of 58-101 ms in a load on a machine in a slow phase, a fork's child alive.)
+SETTLE_EVERY = 256
+SETTLE_BUDGET = 1024
 _GONE: Any = object()  # what a map's ``get`` gives for a key it no longer holds (None is a value)
 
 
