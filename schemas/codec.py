@@ -116,26 +116,12 @@ def head_reader(
 
     It trusts what it reads as far as it reads (no trailing-bytes check): it serves messages
     the fold has decoded already."""
-    catalog = catalog or default_catalog()
-    version = catalog.current(full_name)
-    fields: list[dict[str, Any]] = version.parsed["fields"]
-    order = [f["name"] for f in fields]
-    last = max(order.index(n) for n in names)
-    source = _Source()
-    for i, f in enumerate(fields[: last + 1]):
-        source.emit(f"f{i}", f["type"], "    ")
-    lines = ["def read(data, pos):", "    size = len(data)", "    pos += HEADER_SIZE", *source.lines]
-    lines.append(f"    return ({', '.join(f'f{order.index(n)}' for n in names)},)")
-    namespace: dict[str, Any] = {"_Irregular": _Irregular, "_long": _long, "HEADER_SIZE": HEADER_SIZE}
-    namespace.update(source.constants, _map_of_strings=_map_of_strings)
-    exec(compile("\n".join(lines) + "\n", "<strata.schemas.codec head reader>", "exec"), namespace)
-    fields_at: Callable[[bytes, int], tuple[Any, ...]] = namespace["read"]
-    header = MARKER + version.fingerprint
+    fields_at, header = _named_fields(full_name, names, catalog, whole=False)
 
     def read(data: bytes, start: int) -> tuple[Any, ...] | None:
         if data.startswith(header, start):
             try:
-                return fields_at(data, start)
+                return cast(tuple[Any, ...], fields_at(data, start))
             except _IRREGULAR:
                 pass
         return None
@@ -151,12 +137,7 @@ def fields_reader(
     not read (the same generated code checks every field and the message's end), so ``decode``
     decides about those. A fold that needs a WatchEvent's op and object alone saves building the
     record: a third of reading one."""
-    catalog = catalog or default_catalog()
-    version = catalog.current(full_name)
-    fields: list[dict[str, Any]] = version.parsed["fields"]
-    order = [f["name"] for f in fields]
-    fields_of = _generate(fields, [f"return ({', '.join(f'f{order.index(n)}' for n in names)},)"], {})
-    header = MARKER + version.fingerprint
+    fields_of, header = _named_fields(full_name, names, catalog, whole=True)
 
     def read(data: bytes) -> tuple[Any, ...] | None:
         if type(data) is bytes and data.startswith(header):
@@ -167,6 +148,20 @@ def fields_reader(
         return None
 
     return read
+
+
+def _named_fields(
+    full_name: str, names: tuple[str, ...], catalog: Catalog | None, whole: bool
+) -> tuple[Callable[..., Any], bytes]:
+    """The generated reader of ``names``' values from a message of ``full_name``'s current version
+    (``_generate``'s: the whole message, or up to the last field named, where it begins in a
+    buffer), and the header such a message begins with."""
+    version = (catalog or default_catalog()).current(full_name)
+    fields: list[dict[str, Any]] = version.parsed["fields"]
+    order = [f["name"] for f in fields]
+    upto = len(fields) if whole else max(order.index(n) for n in names) + 1
+    tail = [f"return ({', '.join(f'f{order.index(n)}' for n in names)},)"]
+    return _generate(fields[:upto], tail, {}, whole=whole), MARKER + version.fingerprint
 
 
 def decode_datum(data: bytes, catalog: Catalog | None = None) -> tuple[str, dict[str, Any]]:
@@ -315,15 +310,23 @@ class _Source:
 _Reader = Callable[[bytes], Any]
 
 
-def _generate(fields: list[dict[str, Any]], tail: list[str], constants: dict[str, Any]) -> _Reader:
+def _generate(
+    fields: list[dict[str, Any]], tail: list[str], constants: dict[str, Any], whole: bool = True
+) -> Callable[..., Any]:
     """A function of the message's bytes that reads the fields into f0, f1, ... and ends with the
-    statements ``tail`` (which return what it makes of them)."""
+    statements ``tail`` (which return what it makes of them). ``whole``: the bytes are one
+    message, read to its end; else ``read(data, pos)`` reads the leading ``fields`` of a message
+    that begins at ``pos`` of a larger buffer, and nothing after them."""
     source = _Source()
     source.constants.update(constants)
     for i, f in enumerate(fields):
         source.emit(f"f{i}", f["type"], "    ")
-    lines = ["def read(data):", "    size = len(data)", f"    pos = {HEADER_SIZE}", *source.lines]
-    lines += ["    if pos != size:", "        raise _Irregular", *(f"    {line}" for line in tail)]
+    if whole:
+        lines = ["def read(data):", "    size = len(data)", f"    pos = {HEADER_SIZE}", *source.lines]
+        lines += ["    if pos != size:", "        raise _Irregular"]
+    else:
+        lines = ["def read(data, pos):", "    size = len(data)", f"    pos += {HEADER_SIZE}", *source.lines]
+    lines += [f"    {line}" for line in tail]
     namespace: dict[str, Any] = {
         "_Irregular": _Irregular,
         "_long": _long,
@@ -331,7 +334,7 @@ def _generate(fields: list[dict[str, Any]], tail: list[str], constants: dict[str
         **source.constants,
     }
     exec(compile("\n".join(lines) + "\n", "<strata.schemas.codec reader>", "exec"), namespace)
-    return cast(_Reader, namespace["read"])
+    return cast(Callable[..., Any], namespace["read"])
 
 
 @dataclasses.dataclass(frozen=True)
