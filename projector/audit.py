@@ -163,7 +163,12 @@ def pod_refs(record: LogRecord, obj: Any) -> PodRefs:
     fold parsed (``state.last_object``); None for any other record. The fold's thread asks it of
     every record and hands it to the index's writer, which spells the subjects out
     (``subjects_of``) from the record's bytes: the strings cost the fold a sixth of its thread."""
-    if type(record) is not WatchEvent or record.kind != "Pod":
+    return watch_refs(record.kind, obj) if type(record) is WatchEvent else None
+
+
+def watch_refs(kind: str, obj: Any) -> PodRefs:
+    """``pod_refs`` of a WatchEvent of ``kind`` (for a reader that does not build the record)."""
+    if kind != "Pod":
         return None
     group, node = _pod_refs(obj)
     return (group if type(group) is str and group else None, node if type(node) is str and node else None)

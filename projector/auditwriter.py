@@ -198,7 +198,8 @@ class AuditFeed:
         self.packer = Packer()
         self.restarts = 0
         self._unacked: deque[tuple[int, list[bytes]]] = deque()  # (upto, frame's buffers), oldest first
-        self._outbox: deque[memoryview] = deque()  # the buffers the writer has not been sent yet
+        # the buffers the writer has not been sent yet (a view of the rest of one the pipe took a part of)
+        self._outbox: deque[bytes | memoryview] = deque()
         self._acks = b""
         self._process: subprocess.Popen[bytes] | None = None
         self._failures = 0  # writers in a row that stopped before they acknowledged anything
@@ -222,7 +223,7 @@ class AuditFeed:
     def _send_frame(self, upto: int, urgent: bool) -> None:
         frame = self.packer.seal(upto, urgent)
         self._unacked.append((upto, frame))
-        self._outbox.extend(map(memoryview, frame))
+        self._outbox.extend(frame)
         self.pump()
 
     @property
@@ -295,9 +296,9 @@ class AuditFeed:
         hello = _encode(settings)
         self._process = process
         self._outbox.clear()
-        self._outbox.extend(map(memoryview, wire(hello, [])))
+        self._outbox.extend(wire(hello, []))
         unstored = (frame for upto, frame in self._unacked if upto > self.indexed)
-        self._outbox.extend(memoryview(buffer) for frame in unstored for buffer in frame)
+        self._outbox.extend(buffer for frame in unstored for buffer in frame)
         self._acks = b""
         self._acked_since_start = 0
 
@@ -334,7 +335,7 @@ class AuditFeed:
             while outbox and written >= len(outbox[0]):
                 written -= len(outbox.popleft())
             if written:  # the pipe took part of a buffer: it is full
-                outbox[0] = outbox[0][written:]
+                outbox[0] = memoryview(outbox[0])[written:]  # no copy of the rest
                 return
 
     def _read_acks(self) -> None:

@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Message
 from prometheus_client import Counter, Gauge, Histogram
 
 from strata.digests import DigestReporter
@@ -198,14 +199,11 @@ class LogRunner:
         state, progress = run.state, run.progress
         last_report = last_end = time.monotonic()
         idle_at = -1
-        for entry in self.reader.follow(state.version, stop):
-            if entry is not None:
-                run.apply(entry)
-            elif idle_at != state.version:
-                idle_at = state.version
-                LOG.info("idle at version %d", state.version)
+
+        def between(idle: bool) -> None:
+            nonlocal last_report, last_end
             now = time.monotonic()
-            run.tend(now, idle=entry is None)
+            run.tend(now, idle)
             if on_request is not None:
                 on_request.tend(state)
             if now - last_end >= 1.0:
@@ -216,6 +214,21 @@ class LogRunner:
             if now - last_report >= report_seconds:
                 report(progress)
                 last_report = now
+
+        def watched(offset: int, msg: Message, kind: str, op: str, raw: bytes) -> None:
+            run.apply_watch(offset, msg, kind, op, raw)
+            between(False)
+
+        def entered(entry: LogEntry | None) -> None:
+            nonlocal idle_at
+            if entry is not None:
+                run.apply(entry)
+            elif idle_at != state.version:
+                idle_at = state.version
+                LOG.info("idle at version %d", state.version)
+            between(entry is None)
+
+        self.reader.follow_feed(state.version, stop, watched, entered, ("kind", "op", "object"))
 
 
 class SnapshotOnRequest:
@@ -354,6 +367,20 @@ class _Following:
         if outcome.result == "bad":
             self.progress.bad += 1
         FOLLOWING.applied_entry(entry.offset, entry.timestamp_ms, record)
+        self.progress.version = state.version
+
+    def apply_watch(self, offset: int, msg: Message, kind: str, op: str, raw: bytes) -> None:
+        """``apply`` of a WatchEvent read as its kind, op and object (``follow_feed``): no
+        record is built, and it has no pod context to keep."""
+        state = self.state
+        outcome = state.apply_object_at(offset, op, raw)
+        stamp = msg.timestamp()[1]
+        if self.feed is not None:
+            refs = audit.watch_refs(kind, state.last_object)
+            self.feed.add(offset, stamp, cast(bytes, msg.value()), outcome, None, refs)
+        if outcome.result == "bad":
+            self.progress.bad += 1
+        FOLLOWING.applied_watch(offset, stamp, op, kind)
         self.progress.version = state.version
 
     def tend(self, now: float, idle: bool) -> None:

@@ -120,6 +120,9 @@ def test_projector_ready_only_when_restored_caught_up_and_synced(kafka: Settings
 
         text = eventually(exported, timeout_s=WAIT_S)
         assert metric(text, "strata_records_applied_total", '{kind="Node",type="SYNCED"}') == 1
+        pods_added = sum('"type":"ADDED","object":{"apiVersion":"v1","kind":"Pod"' in line for line in lines)
+        assert pods_added > 0
+        assert metric(text, "strata_records_applied_total", '{kind="Pod",type="ADDED"}') == pods_added
         applied = sum(float(v) for v in re.findall(r"^strata_records_applied_total\{.*\} (\S+)$", text, re.M))
         assert applied == end
         assert 'strata_build_info{component="projector"' in text

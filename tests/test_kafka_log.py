@@ -160,3 +160,45 @@ def test_a_feed_hands_the_fold_what_read_gives(kafka: Settings):
         refold.apply_at(entry.offset, entry.record)
     assert fold.version == refold.version == len(values)
     assert fold.snapshot().canonical_bytes() == refold.snapshot().canonical_bytes()
+
+
+def test_a_followed_feed_hands_the_follower_what_follow_gives(kafka: Settings):
+    """``follow_feed``: a WatchEvent as its offset, message and named fields, every other record
+    (a bad one too, counted) as the entry ``follow`` gives, and None once idle."""
+    import threading
+
+    names = TopicNames(kafka.topic_prefix)
+    watch = encode(LOG_RECORDS[0])
+    values = [encode(r) for r in LOG_RECORDS] + [watch[:-1], b"\x00garbage{", watch]
+    raw = Producer(kafka.client_config())
+    for value in values:
+        raw.produce(names.cache_log, value)
+    assert raw.flush(10) == 0
+
+    stop = threading.Event()
+    fed: list[tuple[int, int, bytes, object]] = []
+
+    def watched(offset: int, msg, kind: str, op: str, obj: bytes) -> None:
+        fed.append((offset, msg.timestamp()[1], msg.value(), (kind, op, obj)))
+
+    def entered(entry) -> None:
+        if entry is None:
+            if fed and fed[-1][0] == len(values) - 1:
+                stop.set()
+        else:
+            fed.append((entry.offset, entry.timestamp_ms, entry.value, entry.record))
+
+    feeder = CacheLogReader(kafka)
+    feeder.follow_feed(1, stop, watched, entered, tick_s=0.2)
+    reader, followed = CacheLogReader(kafka), []
+    for entry in reader.follow(1, threading.Event(), tick_s=0.2):
+        if entry is None:
+            break
+        followed.append(entry)
+    assert [f[0] for f in fed] == [e.offset for e in followed] == list(range(1, len(values)))
+    for (_, stamp, value, got), entry in zip(fed, followed, strict=True):
+        record = entry.record
+        assert (stamp, value) == (entry.timestamp_ms, entry.value)
+        assert got == ((record.kind, record.op, record.object) if isinstance(record, WatchEvent) else record)
+    assert isinstance(fed[-3][3], BadRecord) and isinstance(fed[-2][3], BadRecord)  # the cut and the garbage
+    assert (feeder.stats.records, feeder.stats.bad) == (reader.stats.records, reader.stats.bad)

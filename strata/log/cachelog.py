@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TypeGuard, cast
+from typing import Any, TypeGuard, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -289,28 +289,72 @@ class CacheLogReader:
         more than that is spared the record, the entry and a generator step per record: a sixth
         of reading the log."""
         watch = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
-        fast = record_reader()
-        stats = self.stats
+
+        def watched(offset: int, _msg: Message, op: str, raw: bytes) -> None:
+            apply_object(offset, op, raw)
+
+        def entered(entry: LogEntry) -> None:
+            apply(entry.offset, entry.record)
+
         try:
             for batch in self._batches(start, end, timeout_s):
-                for msg in batch:
-                    offset, value = msg.offset(), msg.value()
-                    if offset is not None and value is not None:
-                        head = watch(value)
-                        if head is not None:
-                            stats.records += 1
-                            apply_object(offset, *head)
-                            continue
-                        record = fast(value)
-                        if record is not None and type(record) in _LOG_CLASSES:
-                            stats.records += 1
-                            apply(offset, cast(LogRecord, record))
-                            continue
-                    entry = self.entry(msg)
-                    apply(entry.offset, entry.record)
+                self._fed(batch, watch, watched, entered)
         finally:
             if self._quarantine is not None:
                 self._quarantine.flush()
+
+    def follow_feed(
+        self,
+        start: int,
+        stop: threading.Event,
+        watched: Callable[..., object],
+        entered: Callable[[LogEntry | None], object],
+        names: tuple[str, ...] = ("kind", "op", "object"),
+        tick_s: float = 0.5,
+    ) -> None:
+        """``follow`` handing the records to a fold as ``feed`` does, until ``stop`` is set: a
+        WatchEvent to ``watched(offset, message, *values of names)``, any other record (or a bad
+        message) as an entry to ``entered``, and None to ``entered`` when idle for a tick. A
+        follower that needs no more of a WatchEvent is spared its record and entry."""
+        watch = fields_reader(WatchEvent.SCHEMA, names)
+        batches = self._followed(start, stop, tick_s)
+        try:
+            for batch in batches:
+                if batch:
+                    self._fed(batch, watch, watched, entered)
+                else:
+                    entered(None)
+        finally:
+            batches.close()  # the consumer, now
+            if self._quarantine is not None:
+                self._quarantine.flush()
+
+    def _fed(
+        self,
+        batch: list[Message],
+        watch: Callable[[bytes], tuple[Any, ...] | None],
+        watched: Callable[..., object],
+        entered: Callable[[LogEntry], object],
+    ) -> None:
+        """Each message of ``batch`` to ``watched`` (a WatchEvent ``watch`` reads) or ``entered``
+        (counted, a bad one quarantined), as ``_entries`` reads them: with its common cases
+        inlined, since this loop runs per record."""
+        fast = record_reader()
+        stats = self.stats
+        for msg in batch:
+            offset, value = msg.offset(), msg.value()
+            if offset is not None and value is not None:
+                head = watch(value)
+                if head is not None:
+                    stats.records += 1
+                    watched(offset, msg, *head)
+                    continue
+                record = fast(value)
+                if record is not None and type(record) in _LOG_CLASSES:
+                    stats.records += 1
+                    entered(_log_entry(offset, msg.timestamp()[1], cast(LogRecord, record), value))
+                    continue
+            entered(self.entry(msg))
 
     def messages(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[Message]:
         """The messages with offsets in [start, end) as the broker has them, not decoded."""
@@ -351,6 +395,21 @@ class CacheLogReader:
 
     def follow(self, start: int, stop: threading.Event, tick_s: float = 0.5) -> Iterator[LogEntry | None]:
         """Entries from ``start`` on, as they arrive, until ``stop`` is set; None when idle for a tick."""
+        batches = self._followed(start, stop, tick_s)
+        try:
+            for batch in batches:
+                if batch:
+                    yield from self._entries(batch)
+                else:
+                    yield None
+        finally:
+            batches.close()  # the consumer, now
+            if self._quarantine is not None:
+                self._quarantine.flush()
+
+    def _followed(self, start: int, stop: threading.Event, tick_s: float) -> Generator[list[Message], None, None]:
+        """The messages from ``start`` on, a consumed batch at a time (an empty one: none came for
+        a tick), until ``stop`` is set; an error that is one is raised after the messages before it."""
         consumer = self._consumer()
         self._following = consumer
         try:
@@ -361,17 +420,12 @@ class CacheLogReader:
                 # there at once, and block (up to a tick) only for the first of the next ones.
                 batch = consumer.consume(num_messages=1000, timeout=0) or consumer.consume(1, timeout=tick_s)
                 valid, failure = self._valid(batch)
-                entries = list(self._entries(valid))
+                yield valid
                 if failure is not None:
                     raise failure
-                if not entries:
-                    yield None
-                yield from entries
         finally:
             self._following = None
             consumer.close()
-            if self._quarantine is not None:
-                self._quarantine.flush()
 
     def followed_end(self) -> int | None:
         """The log's end as the following consumer last heard it from the broker (with its

@@ -35,6 +35,12 @@ class Following:
         self.version = offset + 1
         self.appended_ms = timestamp_ms
 
+    def applied_watch(self, offset: int, timestamp_ms: int, op: str, kind: str) -> None:
+        """``applied_entry`` of a WatchEvent given its op and kind (the record was not built)."""
+        self.applied[op, kind] += 1
+        self.version = offset + 1
+        self.appended_ms = timestamp_ms
+
     def lag_seconds(self, now_ms: int) -> float:
         """How long ago the newest applied record was appended, while records wait; else 0."""
         if self.version >= self.end or self.appended_ms is None:
