@@ -55,7 +55,7 @@ from strata.projector.checkpoint import LogIdentity
 from strata.projector.gctune import tune_for_fold
 from strata.projector.release import Release
 from strata.projector.state import Outcome
-from strata.projector.writer import die_with
+from strata.projector.writer import die_with, step_aside
 from strata.schemas import BadRecord, WatchEvent, decode, encode
 from strata.schemas.codec import head_reader, record_reader
 
@@ -467,6 +467,7 @@ def main() -> None:
     # has drained (its end of input), or its death does (PR_SET_PDEATHSIG)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+    step_aside()  # the fold first: the writer takes the CPU it leaves
     tune_for_fold()  # a record's entry makes a few containers and no cycles, as the fold's do
     run(sys.stdin.fileno(), sys.stdout.fileno())
 

@@ -23,6 +23,7 @@ from strata.projector.auditwriter import AuditFeed
 from strata.projector.release import PARTS_PER_TEND, Release
 from strata.projector.sqlstore import SqlCheckpointStore
 from tests.test_audit_store import LOG, Folded, _stored, generated, url  # noqa: F401 (fixtures)
+from tests.test_writer import lowered
 
 
 def feed_all(feed: AuditFeed, kept: Folded, low: int = 0, high: int | None = None, hook: object = None) -> None:
@@ -155,6 +156,15 @@ def test_the_writer_dies_with_the_fold(tmp_path: Path) -> None:
     while time.monotonic() < deadline and _alive(writer):
         time.sleep(0.05)
     assert not _alive(writer)
+
+
+def test_the_writer_runs_at_a_lower_priority_than_the_fold(tmp_path: Path) -> None:
+    """The index's writer takes the CPU the fold leaves (the fold waits once its backlog is full)."""
+    feed = AuditFeed(f"sqlite:///{tmp_path / 'a.db'}", LOG, 0)
+    try:
+        assert feed._process is not None and lowered(feed._process.pid)
+    finally:
+        feed.close()
 
 
 def _alive(pid: int) -> bool:

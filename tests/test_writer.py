@@ -15,7 +15,7 @@ from strata.projector.checkpoint import Checkpoint, LogIdentity
 from strata.projector.replay import fold_line, replay_bytes, replay_file
 from strata.projector.snapshot import Fragments
 from strata.projector.sqlstore import SqlCheckpointStore
-from strata.projector.writer import Job, Stored, Writer
+from strata.projector.writer import BACKGROUND_NICE, Job, Stored, Writer
 from tests.contracts import LOG
 
 TRACE = Path(__file__).with_name("conformance") / "c01.jsonl"
@@ -56,6 +56,26 @@ def test_the_child_closes_the_descriptors_it_is_told_to(tmp_path: Path) -> None:
         assert os.read(read_end, 1) == b""
     finally:
         os.close(read_end)
+    assert writer.wait()[1]
+
+
+def lowered(pid: int, timeout_s: float = 5.0) -> bool:
+    """Whether process ``pid`` comes to run BACKGROUND_NICE below this one (nice is at most 19)."""
+    wanted = min(os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICE, 19)
+    deadline = time.monotonic() + timeout_s
+    while os.getpriority(os.PRIO_PROCESS, pid) != wanted:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_child_writes_at_a_lower_priority_than_the_fold(tmp_path: Path) -> None:
+    """The fold is what readers wait for: its checkpoint child takes the CPU the fold leaves."""
+    state, _ = replay_file(TRACE)
+    writer, _ = _writer(tmp_path, _Slow(f"sqlite:///{tmp_path / 'cp.db'}"))
+    writer.start(state)
+    assert writer._pid is not None and lowered(writer._pid)
     assert writer.wait()[1]
 
 
