@@ -425,9 +425,13 @@ class _Following:
                 pause.waited = feed.wait()
                 self.progress.writer_waits_s += pause.waited
         pause.step("audit")
-        self.release.tend()
+        # A fork is this pause's long step (tens of ms at 150,000 pods): what would follow it waits
+        # for the next pause, freeing parts above all (each page it touches first after the fork
+        # is copied: 9.5 ms after a 40.5 ms fork in run S's load) and the digest's slice.
+        if not forked:
+            self.release.tend()
         pause.step("release")
-        if not forked:  # a fork is this pause's long step: the digest's slice waits for the next one
+        if not forked:
             state.hashes.tend(state, self.digests.until_due(state.version) if self.digests is not None else None)
         pause.step("settle")
         freeze_kept(state.version)  # reached at every SETTLE_EVERY-th version, so at every FREEZE_EVERY-th
