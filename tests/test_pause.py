@@ -12,8 +12,7 @@ from strata.projector.runner import LogRunner, Progress, _Following, _Pause
 from strata.projector.sqlstore import SqlCheckpointStore
 from strata.projector.state import FoldConfig
 from tests.contracts import LOG
-
-TRACE = Path(__file__).with_name("conformance") / "c01.jsonl"
+from tests.test_writer import TRACE
 
 
 def test_a_pause_counts_its_steps_less_what_it_waited_for_the_audit_writer() -> None:
