@@ -22,6 +22,7 @@ from strata.projector import kinds
 from strata.projector.cowmap import CowMap
 from strata.projector.kinds import BadObject, PodView, node_allocatable
 from strata.projector.kinds import FoldConfig as FoldConfig  # re-exported: the fold's settings
+from strata.projector.layered import Layered
 from strata.projector.snapshot import Fragments, Snapshot
 from strata.projector.statedigest import StateDigest
 from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
@@ -60,6 +61,9 @@ APPLIED = Outcome("applied")
 IGNORED = Outcome("ignored")
 
 
+_LAYERED = ("pods", "pod_uids")  # the plain dicts as large as the pods, written by pod records
+
+
 class CacheState:
     """The mutable working state of the fold. Snapshots of it are immutable."""
 
@@ -68,8 +72,9 @@ class CacheState:
         self._scheduler_names = frozenset(self.config.scheduler_names)
         self.version = 0
         # Plain dicts where no snapshot looks: only what a Snapshot holds pays for copy-on-write.
-        self.pods: dict[tuple[str, str], PodView] = {}  # the latest stored pod, derived
-        self.pod_uids: dict[str, tuple[str, str]] = {}
+        # the latest stored pod, derived; ``Layered`` once the state has been forked (``fork``)
+        self.pods: dict[tuple[str, str], PodView] | Layered[tuple[str, str], PodView] = {}
+        self.pod_uids: dict[str, tuple[str, str]] | Layered[str, tuple[str, str]] = {}
         # uid -> (Binding | Releasing, offset of the BIND or EVICT that laid it)
         self.overlays: dict[str, tuple[str, int]] = {}
         self.tasks: CowMap[str, PodView] = CowMap()  # the effective task of each accepted pod
@@ -410,12 +415,16 @@ class CacheState:
 
     def fork(self) -> CacheState:
         """A state that folds on from this version independently of this one (a reader of past
-        versions keeps such anchors): the maps shared shard by shard, the plain dicts copied.
-        Generic over the attributes, so that one added to the state is carried over."""
+        versions keeps such anchors): the maps shared shard by shard, the pods' dicts layered
+        over a shared base (both states write their own layer from now on), the other plain
+        dicts copied. Generic over the attributes, so that one added to the state is carried over."""
         twin = CacheState.__new__(CacheState)
-        for name, value in vars(self).items():
+        for name, value in list(vars(self).items()):
             if isinstance(value, CowMap):
                 value = value.fork()
+            elif name in _LAYERED:
+                kept, value = Layered.fork_of(value)
+                setattr(self, name, kept)
             elif isinstance(value, (dict, set)):
                 value = value.copy()
             elif isinstance(value, StateDigest):

@@ -25,6 +25,7 @@ import zstandard
 
 from strata.projector import kinds
 from strata.projector.cowmap import CowMap
+from strata.projector.layered import Layered
 from strata.projector.kinds import FoldConfig
 from strata.projector.snapshot import Fragments, Snapshot
 from strata.projector.state import CacheState
@@ -48,7 +49,7 @@ class StateFormatError(ValueError):
     """Bytes that are not a state this code can load."""
 
 
-def _rows(m: CowMap[Any, Any] | dict[Any, Any]) -> list[Any]:
+def _rows(m: CowMap[Any, Any] | dict[Any, Any] | Layered[Any, Any]) -> list[Any]:
     # MessagePack writes a tuple (a view's NamedTuple too) as the array a list makes: no copies
     return sorted(m.items(), key=_KEY)
 
