@@ -63,6 +63,7 @@ NEAR_BACK = 20_000  # records behind the log's end of the first past version ask
 NEAR_BEFORE = 15_000  # near versions: up to this many records before it (anchors are laid over 16,384)
 NEAR_AFTER = 2_048  # and this many after
 COLD_VERSIONS = 3
+SURVEY_WAIT_S = 1800.0
 FAR_BACK = (20_000, 120_000)  # far versions: this many records before the first past version
 
 
@@ -257,6 +258,7 @@ def bench(env: dict[str, str], requests: int, figures: dict[str, Any]) -> bool:
         assert isinstance(end, dict)
         live = end["version"]
         print(f"strata ui started in {ui.started_s:.1f} s at version {live}, RSS {ui.rss():.0f} MB", flush=True)
+        figures["survey"] = wait_for_survey(ui)
         paths = pages(subjects(ui.base))
         floor = measure(ui, {"floor": "/static/ui.css"}, requests * 3, None)["floor"]
         print(f"floor (/static/ui.css): p50 {floor.p(50):.1f} ms, p99 {floor.p(99):.1f} ms", flush=True)
@@ -281,6 +283,11 @@ def bench(env: dict[str, str], requests: int, figures: dict[str, Any]) -> bool:
             _, server, wall = get(ui.base, f"/?v={(i + 1) * live // (COLD_VERSIONS + 2)}")
             cold.add(server, wall)
         print(f"cold past versions (far from anything cached): {', '.join(f'{x:.0f}' for x in cold.server_ms)} ms")
+        anywhere_versions = [rng.randrange(live) for _ in range(requests * len(page_paths))]
+        anywhere = measure(ui, page_paths, requests, anywhere_versions)
+        title = "anywhere in the history, a version drawn at random each request (not in the pass line)"
+        lines, _ = report(title, anywhere, floor)
+        print("\n".join(lines), flush=True)
         figures.update(
             ui_start_s=ui.started_s,
             rss_mb=ui.rss(),
@@ -290,6 +297,7 @@ def bench(env: dict[str, str], requests: int, figures: dict[str, Any]) -> bool:
             first_past_ms=cold_first,
             far_ms={name: [t.p(50), t.p(99)] for name, t in far.items()},
             cold_ms=cold.server_ms,
+            anywhere_ms={name: [t.p(50), t.p(99)] for name, t in anywhere.items()},
         )
         print(f"RSS after: {ui.rss():.0f} MB")
     finally:
@@ -302,6 +310,28 @@ def bench(env: dict[str, str], requests: int, figures: dict[str, Any]) -> bool:
         print("the control did not fail: the pass line cannot tell a cache from none")
     figures.update(passed=passed, control_failed=not control_ok)
     return passed and not control_ok
+
+
+def wait_for_survey(ui: Ui) -> dict[str, Any]:
+    """Wait for the UI's survey of the history (anchors from the log's first record), and say
+    what it took and keeps."""
+    started = time.perf_counter()
+    while True:
+        version, _, _ = get(ui.base, "/api/version")
+        assert isinstance(version, dict)
+        # a UI without a survey (an older one, measured for comparison) counts as done
+        survey = dict(version["cache"].get("survey", {"done": True, "anchors": 0, "spacing": 0, "bytes": 0}))
+        if survey["done"] or time.perf_counter() - started > SURVEY_WAIT_S:
+            break
+        time.sleep(1.0)
+    survey.update(seconds=time.perf_counter() - started, rss_mb=ui.rss())
+    print(
+        f"survey of the history: {survey['seconds']:.0f} s, {survey['anchors']} anchors "
+        f"{survey['spacing']:,} records apart, {survey['bytes'] >> 20} MB charged, RSS {survey['rss_mb']:.0f} MB"
+        + ("" if survey["done"] else " (NOT DONE)"),
+        flush=True,
+    )
+    return survey
 
 
 def control(env: dict[str, str], requests: int, v0: int, paths: dict[str, str], floor: Timing) -> bool:

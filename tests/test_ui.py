@@ -466,6 +466,85 @@ def test_past_versions_from_anchors_and_checkpoints_equal_a_fold_from_the_start(
         stop.set()
 
 
+def test_the_survey_thins_its_anchors_to_the_budget_and_each_is_its_version() -> None:
+    """Anchors laid every 8 records over a 2,000-record trace, within a budget that holds a few:
+    the spacing doubles until they fit, the anchors left sit on the spacing's multiples, and
+    each one's snapshot is the trace's fold to its version."""
+    from strata.ui.survey import Survey
+
+    BUDGET = 512 << 10
+    lines = _lines(CONFORMANCE / "c05.jsonl")
+    state, survey = CacheState(), Survey(budget_bytes=BUDGET, every=8)
+    expected: dict[int, bytes] = {}
+    for line in lines:
+        fold_line(state, line)
+        if state.version % 8 == 0:
+            expected[state.version] = state.snapshot().canonical_bytes()
+            survey.lay(state)
+    kept = survey.versions()
+    assert survey.spacing > 8 and len(kept) > 1, (survey.spacing, kept)
+    assert all(v % survey.spacing == 0 for v in kept), kept
+    assert survey.bytes() <= BUDGET, survey.bytes()
+    assert [v // survey.spacing for v in kept] == list(range(1, len(kept) + 1))  # evenly spread
+    for v in kept:
+        found = survey.below(v + survey.spacing - 1)
+        assert found is not None and found[0] == v
+        assert found[1].snapshot().canonical_bytes() == expected[v], v
+
+
+@KAFKA
+def test_past_versions_below_the_live_states_checkpoint_come_from_the_survey(server: Server, tmp_path: Path) -> None:
+    """A checkpoint at the sample's end, so the live state starts there: the survey folds the
+    log from its first record to it, and then every version below it, asked for in a shuffled
+    order, equals a fold from the start without a single restore. Without the survey (a budget
+    of 0) the same versions need restores: the check can tell."""
+    import random
+
+    from strata.log.cachelog import CacheLogReader
+    from strata.projector.runner import LogRunner
+    from strata.projector.sqlstore import SqlCheckpointStore
+    from strata.projector.state import FoldConfig
+    from strata.ui.timeline import Timeline
+
+    settings = server.settings.with_(db_url=f"sqlite:///{tmp_path / 'survey.db'}")
+    runner = LogRunner(settings, SqlCheckpointStore(settings.checkpoint_url), FoldConfig())
+    end = server.end_of_sample
+    runner.checkpoint(runner.state_at(end))
+    straight = CacheState()
+    expected = {0: straight.snapshot().canonical_bytes()}
+    for entry in CacheLogReader(settings).read(0, end):
+        straight.apply_at(entry.offset, entry.record)
+        expected[straight.version] = straight.snapshot().canonical_bytes()
+    versions = list(range(end))
+    random.Random(3).shuffle(versions)
+    restores = {}
+    for budget in (1 << 20, 0):
+        timeline = Timeline(runner, None, budget_bytes=budget, anchor_every=4, chunk=5, survey_every=4)
+        stop = threading.Event()
+        answering = timeline.serving()
+        answering.__enter__()  # a request being answered: the survey gives way
+        timeline.start(stop)
+        try:
+            timeline.wait_ready()
+            time.sleep(3.0)  # a survey of 27 records that did not wait would be done by far
+            held = timeline.stats()
+            answering.__exit__(None, None, None)
+            assert budget == 0 or (not held.survey_done and held.survey_reached <= 4), held
+            deadline = time.monotonic() + 60
+            while not timeline.stats().survey_done and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stats = timeline.stats()
+            assert stats.survey_done and timeline.live_version >= end, stats
+            for v in versions:
+                assert timeline.snapshot(v).canonical_bytes() == expected[v], (budget, v)
+            restores[budget] = timeline.stats().restores
+            assert (stats.survey_anchors > 0) == (budget > 0), stats
+        finally:
+            stop.set()
+    assert restores[1 << 20] == 0, restores
+    assert restores[0] > 0, restores
+
+
 @KAFKA
 def test_the_ui_is_read_only(server: Server) -> None:
     for method in ("POST", "PUT", "PATCH", "DELETE"):

@@ -39,31 +39,33 @@ def _at(request: Request) -> At:
 
 def _page(template: str, compute: Callable[[Request, At], dict[str, Any]]) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
-        try:
-            at = await run_in_threadpool(_at, request)
-            data = await run_in_threadpool(compute, request, at)
-            frame = await run_in_threadpool(_source(request).frame, at)
-        except NotReady as exc:
-            return _error(request, 503, str(exc))
-        except StrataError as exc:
-            return _error(request, 400, str(exc))
-        templates = request.app.state.templates
-        context = {"data": data, "frame": frame, "source": _source(request), "page": template}
-        return templates.TemplateResponse(request, f"{template}.html", context)
+        with _source(request).timeline.serving():  # the survey of the history waits meanwhile
+            try:
+                at = await run_in_threadpool(_at, request)
+                data = await run_in_threadpool(compute, request, at)
+                frame = await run_in_threadpool(_source(request).frame, at)
+            except NotReady as exc:
+                return _error(request, 503, str(exc))
+            except StrataError as exc:
+                return _error(request, 400, str(exc))
+            templates = request.app.state.templates
+            context = {"data": data, "frame": frame, "source": _source(request), "page": template}
+            return templates.TemplateResponse(request, f"{template}.html", context)
 
     return endpoint
 
 
 def _api(compute: Callable[[Request, At], Any]) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
-        try:
-            at = await run_in_threadpool(_at, request)
-            data = await run_in_threadpool(compute, request, at)
-        except NotReady as exc:
-            return JSONResponse({"error": str(exc)}, status_code=503)
-        except StrataError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        return Response(_json(data), media_type="application/json")
+        with _source(request).timeline.serving():
+            try:
+                at = await run_in_threadpool(_at, request)
+                data = await run_in_threadpool(compute, request, at)
+            except NotReady as exc:
+                return JSONResponse({"error": str(exc)}, status_code=503)
+            except StrataError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=400)
+            return Response(_json(data), media_type="application/json")
 
     return endpoint
 
@@ -113,7 +115,15 @@ def _replicas(request: Request, at: At) -> dict[str, Any]:
 def _version(request: Request, at: At) -> dict[str, Any]:
     source = _source(request)
     stats = source.timeline.stats()
-    return {**source.frame(at), "cache": {"snapshots": stats.snapshots, "anchors": stats.anchors, "bytes": stats.bytes}}
+    survey = {
+        "anchors": stats.survey_anchors,
+        "spacing": stats.survey_spacing,
+        "bytes": stats.survey_bytes,
+        "reached": stats.survey_reached,
+        "done": stats.survey_done,
+    }
+    cache = {"snapshots": stats.snapshots, "anchors": stats.anchors, "bytes": stats.bytes, "survey": survey}
+    return {**source.frame(at), "cache": cache}
 
 
 def _history(request: Request, at: At) -> list[dict[str, Any]]:

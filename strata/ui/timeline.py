@@ -23,9 +23,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
-from strata.log.cachelog import CacheLogReader, LogEntry
+from strata.log.cachelog import CacheLogReader, FoldItem, LogEntry, item_offset
 from strata.log.errors import StrataError
 from strata.projector import audit
 from strata.projector.auditstore import AuditIndex, Records
@@ -35,6 +37,7 @@ from strata.projector.runner import LogRunner
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState
 from strata.ui.states import charge, forget_changes, fork, own_bytes, parts, shard_ids
+from strata.ui.survey import SURVEY_EVERY, Stopped, Survey
 
 LOG = logging.getLogger("strata.ui")
 ANCHOR_EVERY = 1024  # records between anchors: a nearby version is at most this many records' fold away
@@ -49,6 +52,7 @@ INDEX_BATCH = 5000  # audit entries written at once, or every INDEX_SECONDS when
 INDEX_SECONDS = 1.0
 INDEX_BACKLOG = 200_000  # entries kept while the index refuses writes, before giving up on it
 LIVE = 0  # the lineage of the live state
+SURVEY = -1  # the lineage of the survey's anchors (``survey``), folded from the log's first record
 STEPS_KEPT = 1024  # stretches of the grid (and versions' tails) whose written task uids are kept
 _NOTHING: frozenset[str] = frozenset()
 # The collector's full passes walk every tracked object not frozen: after a few past folds (each
@@ -83,6 +87,11 @@ class TimelineStats:
     bytes: int
     restores: int
     lineages: list[int] = field(default_factory=list)
+    survey_anchors: int = 0
+    survey_spacing: int = 0
+    survey_bytes: int = 0
+    survey_reached: int = 0
+    survey_done: bool = False
 
 
 class Timeline:
@@ -94,10 +103,16 @@ class Timeline:
         budget_bytes: int = 512 << 20,
         anchor_every: int = ANCHOR_EVERY,
         chunk: int = CHUNK,
+        survey_every: int = SURVEY_EVERY,
     ) -> None:
         self.runner = runner
         self.index = index  # None: the UI does not write the audit index
         self.budget_bytes = budget_bytes
+        self.survey = Survey(budget_bytes // 2, survey_every)  # half the budget at most, the rest the LRU's
+        self._quiet = threading.Condition()  # the survey waits on it while requests are answered
+        self._serving = 0
+        self._stop = threading.Event()
+        self._restored_at = 0
         self.anchor_every = max(1, anchor_every)
         self.chunk = max(1, chunk)
         self._changed = threading.Condition()
@@ -111,7 +126,7 @@ class Timeline:
         self._restores = 0
         self._restore_seconds = 2.0  # the last restore's duration, to weigh a checkpoint against an anchor
         self._thread: threading.Thread | None = None
-        self._chunks: OrderedDict[int, list[LogEntry]] = OrderedDict()  # first offset -> its entries
+        self._chunks: OrderedDict[int, list[FoldItem]] = OrderedDict()  # first offset -> its records
         self._checkpoints: tuple[float, list[int]] = (0.0, [])  # (when listed, versions)
         # grid point -> the task uids written up to the next one; version -> those since its grid point
         self._steps: OrderedDict[int, frozenset[str]] = OrderedDict()
@@ -120,8 +135,10 @@ class Timeline:
 
     # ------------------------------------------------------------------------------- live
     def start(self, stop: threading.Event) -> None:
+        self._stop = stop
         self._thread = threading.Thread(target=self._follow, args=(stop,), name="ui-follow", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._survey, name="ui-survey", daemon=True).start()
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         with self._changed:
@@ -144,6 +161,7 @@ class Timeline:
             gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
             with self._changed:
                 self._live_from_grid = state.version % self.anchor_every == 0
+                self._restored_at = state.version
                 self._live = state
                 self._changed.notify_all()
             for entry in self.runner.reader.follow(state.version, stop):
@@ -156,6 +174,36 @@ class Timeline:
             with self._changed:
                 self._failure = exc
                 self._changed.notify_all()
+
+    # ----------------------------------------------------------------------------- survey
+    def _survey(self) -> None:
+        """Anchors from the log's first record to the live state's: see ``survey``."""
+        try:
+            self.wait_ready(timeout_s=24 * 3600.0)
+        except StrataError:
+            return
+        try:
+            self.survey.run(self.runner, self._restored_at, self._gate)
+        except Exception as exc:  # the survey only saves time: a failure leaves far versions to restores
+            LOG.warning("the UI's survey of the history failed: %s", exc)
+
+    def _gate(self) -> None:
+        with self._quiet:
+            self._quiet.wait_for(lambda: self._serving == 0 or self._stop.is_set())
+        if self._stop.is_set():
+            raise Stopped
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around the answer to a request: the survey waits meanwhile."""
+        with self._quiet:
+            self._serving += 1
+        try:
+            yield
+        finally:
+            with self._quiet:
+                self._serving -= 1
+                self._quiet.notify_all()
 
     def _apply_live(self, state: CacheState, entry: LogEntry, writes: _IndexWrites | None) -> None:
         ctx = audit.context(state, entry.record) if writes is not None else None
@@ -250,9 +298,19 @@ class Timeline:
         with self._changed:
             below = [(v, item) for (kind, v), item in self._items.items() if kind == "a" and v <= version]
         best = max(below, key=lambda pair: pair[0], default=None)
+        surveyed = self.survey.below(version)
+        reach = version - ANCHOR_WINDOW * self.anchor_every
+        if surveyed is not None and (best is None or best[0] <= reach):
+            # nothing laid near ``version`` yet: start below the window, so that the fold lays its
+            # anchors (the next versions asked for are most likely near this one), from a survey
+            # anchor or an anchor of an earlier fold, whichever is nearer
+            surveyed = self.survey.below(reach) or surveyed
         checkpoint = self._newest_checkpoint(version)
         from_anchor = (version - best[0]) / FOLD_RATE if best is not None else float("inf")
         from_checkpoint = self._restore_seconds + (version - checkpoint) / FOLD_RATE
+        closer = surveyed is not None and (best is None or surveyed[0] > best[0])
+        if surveyed is not None and closer and (version - surveyed[0]) / FOLD_RATE <= from_checkpoint:
+            return fork(surveyed[1]), SURVEY
         if best is not None and from_anchor <= from_checkpoint:
             anchor_version, item = best
             assert isinstance(item.value, CacheState)
@@ -286,7 +344,8 @@ class Timeline:
         with self._changed:
             self._lineage += 1
             # another restored lineage shares no object with this one: keeping both would double the memory
-            for key in [k for k, item in self._items.items() if item.lineage not in (LIVE, self._lineage)]:
+            kept = (LIVE, SURVEY, self._lineage)
+            for key in [k for k, item in self._items.items() if item.lineage not in kept]:
                 del self._items[key]
             return state, self._lineage
 
@@ -296,8 +355,12 @@ class Timeline:
         lay_from = version - ANCHOR_WINDOW * self.anchor_every
         forget_changes(state)
         segment = self._tail(state.version)  # task uids written since the grid point before, None: unknown
-        for entry in self._entries(state.version, version, keep_from=lay_from):
-            state.apply_at(entry.offset, entry.record)
+        for item in self._entries(state.version, version, keep_from=lay_from):
+            if type(item) is tuple:
+                state.apply_object_at(*item)
+            else:
+                entry = cast(LogEntry, item)
+                state.apply_at(entry.offset, entry.record)
             if state.version % self.anchor_every == 0:
                 if segment is not None:
                     self._record_step(state.version - self.anchor_every, segment | state.tasks.changed)
@@ -355,8 +418,8 @@ class Timeline:
             while len(self._tails) > STEPS_KEPT:
                 self._tails.popitem(last=False)
 
-    def _entries(self, start: int, end: int, keep_from: int) -> Iterator[LogEntry]:
-        """The log's entries in [start, end): from the chunks kept, the others read from the
+    def _entries(self, start: int, end: int, keep_from: int) -> Iterator[FoldItem]:
+        """The log's records in [start, end): from the chunks kept, the others read from the
         broker with one consumer per run of missing chunks (a consumer's start costs a round
         trip or two). Whole chunks at or above ``keep_from`` are kept: a fold toward a nearby
         version reads the same records again, and the broker's round trips for them cost more
@@ -375,20 +438,22 @@ class Timeline:
             while stop < end and stop not in self._chunks:
                 stop += self.chunk
             read_to = min(stop, live)  # whole chunks, but never beyond the log's end
-            chunk: list[LogEntry] = []
-            for entry in CacheLogReader(self.runner.settings).read(start=base, end=read_to):
-                if offset <= entry.offset < end:
-                    yield entry
-                chunk.append(entry)
-                if len(chunk) == self.chunk:
-                    if entry.offset + 1 > keep_from:
-                        self._keep_chunk(entry.offset + 1 - self.chunk, chunk)
-                    chunk = []
+            chunk: list[FoldItem] = []
+            for batch in CacheLogReader(self.runner.settings).fold_items(start=base, end=read_to):
+                for item in batch:
+                    at = item_offset(item)
+                    if offset <= at < end:
+                        yield item
+                    chunk.append(item)
+                    if len(chunk) == self.chunk:
+                        if at + 1 > keep_from:
+                            self._keep_chunk(at + 1 - self.chunk, chunk)
+                        chunk = []
             if read_to <= offset:
                 raise StrataError(f"the cache log ends at {read_to}, before offset {offset}")
             offset = read_to
 
-    def _keep_chunk(self, first: int, entries: list[LogEntry]) -> None:
+    def _keep_chunk(self, first: int, entries: list[FoldItem]) -> None:
         self._chunks[first] = entries
         while len(self._chunks) > CHUNKS_KEPT:
             self._chunks.popitem(last=False)
@@ -429,9 +494,10 @@ class Timeline:
         order.remove(newest)
         shared = shard_ids(self._live) if self._live is not None else set()
         total = self._items[newest].charge(shared)
+        budget = self.budget_bytes - self.survey.bytes()
         for key in order:
             total += self._items[key].charge(shared)
-            if total > self.budget_bytes:
+            if total > budget:
                 del self._items[key]
 
     def stats(self) -> TimelineStats:
@@ -445,12 +511,17 @@ class Timeline:
             bytes=size,
             restores=self._restores,
             lineages=sorted({item.lineage for _, item in items}),
+            survey_anchors=len(self.survey.versions()),
+            survey_spacing=self.survey.spacing,
+            survey_bytes=self.survey.bytes(),
+            survey_reached=self.survey.reached,
+            survey_done=self.survey.done,
         )
 
     def fast_versions(self) -> list[int]:
         """Versions a page answers from without a restore: cached snapshots and anchors."""
         with self._changed:
-            return sorted({v for (_kind, v) in self._items})
+            return sorted({v for (_kind, v) in self._items} | set(self.survey.versions()))
 
 
 class _IndexWrites:
