@@ -25,8 +25,8 @@ import zstandard
 
 from strata.projector import kinds
 from strata.projector.cowmap import CowMap
-from strata.projector.layered import Layered
 from strata.projector.kinds import FoldConfig
+from strata.projector.layered import Layered
 from strata.projector.snapshot import Fragments, Snapshot
 from strata.projector.state import CacheState
 from strata.projector.task import TaskStatus

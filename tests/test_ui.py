@@ -472,9 +472,9 @@ def test_the_survey_thins_its_anchors_to_the_budget_and_each_is_its_version() ->
     each one's snapshot is the trace's fold to its version."""
     from strata.ui.survey import Survey
 
-    BUDGET = 512 << 10
+    budget = 512 << 10
     lines = _lines(CONFORMANCE / "c05.jsonl")
-    state, survey = CacheState(), Survey(budget_bytes=BUDGET, every=8)
+    state, survey = CacheState(), Survey(budget_bytes=budget, every=8)
     expected: dict[int, bytes] = {}
     for line in lines:
         fold_line(state, line)
@@ -484,7 +484,7 @@ def test_the_survey_thins_its_anchors_to_the_budget_and_each_is_its_version() ->
     kept = survey.versions()
     assert survey.spacing > 8 and len(kept) > 1, (survey.spacing, kept)
     assert all(v % survey.spacing == 0 for v in kept), kept
-    assert survey.bytes() <= BUDGET, survey.bytes()
+    assert survey.bytes() <= budget, survey.bytes()
     assert [v // survey.spacing for v in kept] == list(range(1, len(kept) + 1))  # evenly spread
     for v in kept:
         found = survey.below(v + survey.spacing - 1)
