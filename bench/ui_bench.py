@@ -2,7 +2,7 @@
 
     eval "$(.venv/bin/strata dev up)"
     .venv/bin/python bench/ui_bench.py [--trace PATH | --nodes 5000 --pods 150000] [--requests 20]
-                                       [--reuse PREFIX --db URL] [--json PATH] [--keep]
+                                       [--reuse PREFIX --db URL] [--json PATH] [--keep] [--cache-mb MB]
 
 On one generated history (`strata gen`, 1.7M records at the default size), published with
 `strata ingest --from` into a fresh topic prefix and projected with `strata project
@@ -21,7 +21,12 @@ client's wall time is printed beside it.
 * far: versions 20,000 to 120,000 records before V, a different one each request, after the
   fold toward V (which lays a coarse anchor every 8,192 records over all it folded, within
   ``--cache-mb``): reported, not in the pass line;
-* cold: versions far from anything cached, each a restore (reported, not in the pass line).
+* cold: versions far from anything cached (reported, not in the pass line);
+* anywhere: a version drawn at random over the whole history each request (reported, not in
+  the pass line).
+
+Before the scenarios the bench waits for the UI's survey of the history (anchors laid from the
+log's first record in the background) and reports its time, anchors and memory.
 
 Pass line: p99 server time of every page, live and near, at most 300 ms. The control starts the
 UI again with ``--cache-mb 0`` (no anchor nor snapshot kept beyond the newest): the near
@@ -223,6 +228,7 @@ def main() -> None:
     parser.add_argument("--db", metavar="URL", help="its checkpoint store (with --reuse)")
     parser.add_argument("--keep", action="store_true", help="keep the topics and the database")
     parser.add_argument("--json", type=Path, help="write the figures here too")
+    parser.add_argument("--cache-mb", type=int, help="strata ui's --cache-mb (default: its own; the control: 0)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="strata-ui-bench-"))
@@ -242,7 +248,7 @@ def main() -> None:
             figures["ingest_s"] = run([*STRATA, "ingest", "--from", str(trace)], env, "strata ingest")
             figures["project_s"] = run([*STRATA, "project", "--stop-at-end"], env, "strata project")
             print(f"published in {figures['ingest_s']:.0f} s, projected in {figures['project_s']:.0f} s", flush=True)
-        ok = bench(env, args.requests, figures)
+        ok = bench(env, args.requests, figures, args.cache_mb)
     finally:
         if not args.keep and not args.reuse:
             drop_topics(settings.with_(topic_prefix=prefix))
@@ -251,8 +257,8 @@ def main() -> None:
     sys.exit(0 if ok else 1)
 
 
-def bench(env: dict[str, str], requests: int, figures: dict[str, Any]) -> bool:
-    ui = Ui(env)
+def bench(env: dict[str, str], requests: int, figures: dict[str, Any], cache_mb: int | None = None) -> bool:
+    ui = Ui(env, *(["--cache-mb", str(cache_mb)] if cache_mb is not None else []))
     try:
         end, _, _ = get(ui.base, "/api/version")
         assert isinstance(end, dict)
@@ -267,7 +273,7 @@ def bench(env: dict[str, str], requests: int, figures: dict[str, Any]) -> bool:
         print("\n".join(lines), flush=True)
         v0 = live - NEAR_BACK
         _, cold_first, _ = get(ui.base, f"/?v={v0}")
-        print(f"first past version {v0} (a restore and a fold forward): {cold_first:.0f} ms", flush=True)
+        print(f"first past version {v0} (from the nearest anchor or checkpoint): {cold_first:.0f} ms", flush=True)
         page_paths = {k: v for k, v in paths.items() if not k.startswith("api") and k != "replicas"}
         near = measure(ui, page_paths, requests, near_versions(v0, requests * len(page_paths)))
         lines, near_ok = report(f"past versions near {v0} (a new version each request)", near, floor)
