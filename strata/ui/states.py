@@ -4,9 +4,9 @@ A past version is computed by folding forward from a state at or below it. Resto
 checkpoint costs seconds at 150,000 pods, so the UI keeps *anchors*: forks of a past state laid
 every few thousand records while it folds, from which a nearby version is one short fold away.
 A fork shares every shard of the fold's copy-on-write maps (the next write to a shard copies
-it, in whichever of the two writes first) and copies only the plain dicts the fold keeps
-outside them: the pods' dicts layered over a base the forks share (``layered``), the small
-ones copied. A restore costs 450 MB and 2 s at 150,000 pods.
+it, in whichever of the two writes first) and the base of the pods' dicts (``layered``: each
+side keeps its own writes since); only the fold's small plain dicts are copied. A restore
+costs 450 MB and 2 s at 150,000 pods.
 """
 
 from __future__ import annotations
