@@ -33,6 +33,7 @@ from strata.cliopts import (
     kafka_options,
     log_runner,
     output_option,
+    stop_on_signals,
 )
 from strata.log.config import KAFKA_LOGGER, Settings, settings_from
 from strata.log.errors import StrataError
@@ -207,13 +208,11 @@ def ingest(settings: Settings, health: Any, trace: Path | None, kinds: str | Non
 
 
 def _watch_cluster(settings: Settings, kinds: list[str] | None, health: Any) -> None:
-    import signal
 
     from strata.ingest.watch import Ingest
 
     ingest_ = Ingest(settings, kinds)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: ingest_.stop.set())
+    stop_on_signals(ingest_.stop)
     health.require(ingest_.not_ready)
     ingest_.start()
     announced = False
@@ -465,7 +464,6 @@ def project(
 
     Stops cleanly (with a final checkpoint) on SIGTERM or Ctrl-C.
     """
-    import signal
     import socket
     import threading
 
@@ -480,8 +478,7 @@ def project(
     on_request = SnapshotOnRequest()
     REGISTRY.register(VolcanoCollector(on_request.request))  # Volcano's queue gauges, from the fold's view
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop_on_signals(stop)
     target = runner.reader.end_offset() if stop_at_end else None
 
     progress = Progress(0, 0)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from strata.cliopts import fold_options, health_options, kafka_options
+from strata.cliopts import fold_options, health_options, kafka_options, stop_on_signals
 from strata.log.config import Settings
 
 if TYPE_CHECKING:
@@ -83,7 +83,6 @@ def _serve(
     threads: int,
     health: Any,
 ) -> None:
-    import signal
 
     from strata.binder.service import Service, default_instance
 
@@ -97,8 +96,7 @@ def _serve(
         mode=mode,
         threads=threads,
     )
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: service.stop.set())
+    stop_on_signals(service.stop)
     health.require(service.not_ready)
     service.start()
     click.echo(f"{work}: running {len(service.parts)} part(s) as instance {service.instance}", err=True)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 from typing import Any
 
 import click
 
-from strata.cliopts import fold_options, health_options, kafka_options
+from strata.cliopts import fold_options, health_options, kafka_options, stop_on_signals
 from strata.log.config import Settings
 
 
@@ -47,8 +46,7 @@ def schedule(
     from strata.scheduler.gang import run_cycle, wait_for_change
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop_on_signals(stop)
     wanted = tuple(k.strip() for k in kinds.split(",")) if kinds else ALL_KINDS
     cache = LogCache(settings, replica, SqlCheckpointStore(settings.checkpoint_url), fold, kinds=wanted)
     cache.run(stop)

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from strata.cliopts import fold_options, kafka_options
+from strata.cliopts import fold_options, kafka_options, stop_on_signals
 from strata.log.config import Settings
 from strata.log.errors import StrataError
 
@@ -76,11 +76,6 @@ def _start_sidecar(
     return Sidecar(cache, stop, host, int(port))
 
 
-def _on_signals(stop: threading.Event) -> None:
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-
-
 @click.command("volcano-sidecar")
 @replica_option
 @click.option("--listen", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT", help="where to answer")
@@ -96,7 +91,7 @@ def volcano_sidecar(settings: Settings, fold: Any, replica: str, listen: str, ki
     the projector. Stops on SIGTERM or SIGINT.
     """
     stop = threading.Event()
-    _on_signals(stop)
+    stop_on_signals(stop)
     sidecar = _start_sidecar(settings, fold, replica, _kinds(kinds), stop, listen)
     click.echo(f"sidecar of replica {replica}: {sidecar.url}", err=True)
     try:
@@ -172,7 +167,7 @@ def volcano(
 
         binary = str(ensure(log=lambda line: click.echo(line, err=True)))
     stop = threading.Event()
-    _on_signals(stop)
+    stop_on_signals(stop)
     wanted = _kinds(kinds)
     sidecar = _start_sidecar(settings, fold, replica, wanted, stop, "127.0.0.1:0")
     argv = [

@@ -5,10 +5,13 @@ Each command group lives in a module of its own and is attached to ``strata.cli.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import re
+import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -201,3 +204,24 @@ def health_options(component: str) -> Callable[[Callable[..., Any]], Callable[..
         return wrapper
 
     return decorate
+
+
+def stop_on_signals(stop: threading.Event) -> None:
+    """SIGTERM and SIGINT set ``stop``, through a pipe and a thread of their own. A handler runs in
+    the main thread between two bytecodes, possibly while that thread holds the event's own lock
+    inside ``stop.wait()``: setting the event there waited for ever on that lock (an ingest's
+    SIGTERM hung it in CI). A write to a pipe takes no lock."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+
+    def relay() -> None:
+        os.read(read_end, 1)
+        stop.set()
+
+    def handler(_signum: int, _frame: Any) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full pipe: the relay has had one already
+            os.write(write_end, b".")
+
+    threading.Thread(target=relay, name="stop-on-signal", daemon=True).start()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handler)
