@@ -208,7 +208,6 @@ def ingest(settings: Settings, health: Any, trace: Path | None, kinds: str | Non
 
 
 def _watch_cluster(settings: Settings, kinds: list[str] | None, health: Any) -> None:
-
     from strata.ingest.watch import Ingest
 
     ingest_ = Ingest(settings, kinds)

@@ -83,7 +83,6 @@ def _serve(
     threads: int,
     health: Any,
 ) -> None:
-
     from strata.binder.service import Service, default_instance
 
     service = Service(

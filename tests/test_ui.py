@@ -529,16 +529,16 @@ def test_past_versions_below_the_live_states_checkpoint_come_from_the_survey(ser
             time.sleep(3.0)  # a survey of 27 records that did not wait would be done by far
             held = timeline.stats()
             answering.__exit__(None, None, None)
-            assert budget == 0 or (not held.survey_done and held.survey_reached <= 4), held
+            assert budget == 0 or (not held.survey.done and held.survey.reached <= 4), held
             deadline = time.monotonic() + 60
-            while not timeline.stats().survey_done and time.monotonic() < deadline:
+            while not timeline.stats().survey.done and time.monotonic() < deadline:
                 time.sleep(0.05)
             stats = timeline.stats()
-            assert stats.survey_done and timeline.live_version >= end, stats
+            assert stats.survey.done and timeline.live_version >= end, stats
             for v in versions:
                 assert timeline.snapshot(v).canonical_bytes() == expected[v], (budget, v)
             restores[budget] = timeline.stats().restores
-            assert (stats.survey_anchors > 0) == (budget > 0), stats
+            assert (stats.survey.anchors > 0) == (budget > 0), stats
         finally:
             stop.set()
     assert restores[1 << 20] == 0, restores

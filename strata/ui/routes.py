@@ -8,6 +8,7 @@ holds the interpreter for a while), so the event loop keeps serving the live fee
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -115,13 +116,7 @@ def _replicas(request: Request, at: At) -> dict[str, Any]:
 def _version(request: Request, at: At) -> dict[str, Any]:
     source = _source(request)
     stats = source.timeline.stats()
-    survey = {
-        "anchors": stats.survey_anchors,
-        "spacing": stats.survey_spacing,
-        "bytes": stats.survey_bytes,
-        "reached": stats.survey_reached,
-        "done": stats.survey_done,
-    }
+    survey = dataclasses.asdict(stats.survey)
     cache = {"snapshots": stats.snapshots, "anchors": stats.anchors, "bytes": stats.bytes, "survey": survey}
     return {**source.frame(at), "cache": cache}
 

@@ -19,6 +19,7 @@ import gc
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from strata.log.cachelog import CacheLogReader
 from strata.log.errors import StrataError
@@ -30,6 +31,15 @@ from strata.ui.states import charge, forget_changes, fork, parts
 LOG = logging.getLogger("strata.ui")
 SURVEY_EVERY = 8192  # the closest spacing: a fold of this many records takes ~150 ms at 150,000 pods
 GATE_EVERY = 1024  # records between two looks at the requests being answered (and at stop)
+
+
+@dataclass(frozen=True)
+class SurveyStats:
+    anchors: int
+    spacing: int
+    bytes: int
+    reached: int
+    done: bool
 
 
 class Stopped(Exception):
@@ -64,6 +74,10 @@ class Survey:
 
     def bytes(self) -> int:
         return self._bytes
+
+    def stats(self) -> SurveyStats:
+        with self._lock:
+            return SurveyStats(len(self._anchors), self.spacing, self._bytes, self.reached, self.done)
 
     def run(self, runner: LogRunner, end: int, gate: Callable[[], None]) -> None:
         """Fold the log from its first record to ``end``, laying anchors; ``gate`` is called

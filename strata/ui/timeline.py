@@ -38,7 +38,7 @@ from strata.projector.runner import LogRunner
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState
 from strata.ui.states import charge, forget_changes, fork, own_bytes, parts, shard_ids
-from strata.ui.survey import SURVEY_EVERY, Stopped, Survey
+from strata.ui.survey import SURVEY_EVERY, Stopped, Survey, SurveyStats
 
 LOG = logging.getLogger("strata.ui")
 ANCHOR_EVERY = 1024  # records between anchors: a nearby version is at most this many records' fold away
@@ -87,12 +87,8 @@ class TimelineStats:
     anchors: int
     bytes: int
     restores: int
+    survey: SurveyStats
     lineages: list[int] = field(default_factory=list)
-    survey_anchors: int = 0
-    survey_spacing: int = 0
-    survey_bytes: int = 0
-    survey_reached: int = 0
-    survey_done: bool = False
 
 
 class Timeline:
@@ -310,8 +306,11 @@ class Timeline:
         checkpoint = self._newest_checkpoint(version)
         from_anchor = (version - best[0]) / FOLD_RATE if best is not None else float("inf")
         from_checkpoint = self._restore_seconds + (version - checkpoint) / FOLD_RATE
-        closer = surveyed is not None and (best is None or surveyed[0] > best[0])
-        if surveyed is not None and closer and (version - surveyed[0]) / FOLD_RATE <= from_checkpoint:
+        if (
+            surveyed is not None
+            and (best is None or surveyed[0] > best[0])
+            and (version - surveyed[0]) / FOLD_RATE <= from_checkpoint
+        ):
             return fork(surveyed[1]), SURVEY
         if best is not None and from_anchor <= from_checkpoint:
             anchor_version, item = best
@@ -512,12 +511,8 @@ class Timeline:
             anchors=sum(1 for (kind, _), _item in items if kind == "a"),
             bytes=size,
             restores=self._restores,
+            survey=self.survey.stats(),
             lineages=sorted({item.lineage for _, item in items}),
-            survey_anchors=len(self.survey.versions()),
-            survey_spacing=self.survey.spacing,
-            survey_bytes=self.survey.bytes(),
-            survey_reached=self.survey.reached,
-            survey_done=self.survey.done,
         )
 
     def fast_versions(self) -> list[int]:
