@@ -96,6 +96,20 @@ class CowMap(FrozenMap[K, V]):
         self.changed.add(key)
         return shard.pop(key)
 
+    def write(self, changes: dict[K, V], gone: object) -> None:
+        """``self[k] = v`` for each pair, ``pop(k)`` where v is ``gone``: a delta written at once."""
+        shards, owned = self._shards, self._owned
+        for key, value in changes.items():
+            i = hash(key) & _MASK
+            if not owned[i]:
+                shards[i] = dict(shards[i])
+                owned[i] = True
+            if value is gone:
+                shards[i].pop(key, None)
+            else:
+                shards[i][key] = value
+        self.changed.update(changes)
+
     def freeze(self) -> FrozenMap[K, V]:
         """A read-only view of the map as it is now; later writes do not reach it."""
         self._owned = [False] * SHARDS

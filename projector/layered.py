@@ -33,17 +33,27 @@ class Layered(Generic[K, V]):
         """Two dicts equal to ``value`` that go on independently: (the one to keep writing in
         place of ``value``, the fork). A plain dict becomes the base of both."""
         if isinstance(value, Layered):
-            value._flatten_if_large()
+            value.compact()
             return value, Layered(value.base, dict(value._top), set(value._gone))
         return Layered(value), Layered(value)
 
-    def _flatten_if_large(self) -> None:
+    def compact(self) -> None:
+        """Merge the writes into a new base if they have grown past a fraction of it."""
         if len(self._top) + len(self._gone) > len(self.base) // FLATTEN_AT:
             merged = dict(self.base)  # a new base: the old one may be shared
             for key in self._gone:
                 del merged[key]
             merged.update(self._top)
             self.base, self._top, self._gone = merged, {}, set()
+
+    def write(self, changes: dict[K, V], gone: object) -> None:
+        """``self[k] = v`` for each pair, ``pop(k)`` where v is ``gone``: a delta written at once."""
+        self._top.update(changes)
+        self._gone.difference_update(changes)
+        for key in [k for k, v in changes.items() if v is gone]:
+            del self._top[key]
+            if key in self.base:
+                self._gone.add(key)
 
     def writes(self) -> tuple[dict[K, V], set[K]]:
         """The writes since the base (to charge what a fork holds of its own)."""

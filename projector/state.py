@@ -434,6 +434,14 @@ class CacheState:
             setattr(twin, name, value)
         return twin
 
+    def compact(self) -> None:
+        """Merge a fork's layered dicts into new bases where their writes have grown large: for
+        a state kept to be forked many times, so that its forks do not each pay for it."""
+        for name in _LAYERED:
+            value = getattr(self, name)
+            if isinstance(value, Layered):
+                value.compact()
+
     def snapshot(self, base: Fragments | None = None) -> Snapshot:
         """The state as of now, immutable, in O(1); rendered from ``base`` (an earlier snapshot's
         fragments, a previous checkpoint's) where nothing changed, else from ``rendered``."""

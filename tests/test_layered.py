@@ -8,6 +8,8 @@ import pytest
 
 from strata.projector.layered import Layered
 
+GONE = object()
+
 
 def _same(layered: Layered[int, int], plain: dict[int, int]) -> bool:
     keys = range(-1, 64)
@@ -20,7 +22,7 @@ def _same(layered: Layered[int, int], plain: dict[int, int]) -> bool:
 
 @pytest.mark.parametrize("seed", range(8))
 def test_forks_of_a_layered_dict_behave_as_copies_of_a_dict(seed: int) -> None:
-    """Random writes, removals and forks (a flatten among them): every fork equals the plain
+    """Random writes, removals, deltas written at once and forks (a flatten among them): every fork equals the plain
     dict it stands for, and a write to one never reaches another."""
     rng = random.Random(seed)
     pairs: list[tuple[Layered[int, int] | dict[int, int], dict[int, int]]] = [({}, {})]
@@ -34,7 +36,15 @@ def test_forks_of_a_layered_dict_behave_as_copies_of_a_dict(seed: int) -> None:
             pairs[i] = (kept, plain)
             pairs.append((fork, dict(plain)))
             continue
-        if roll < 0.6:
+        if roll < 0.15:  # a delta written at once: some keys set, some removed
+            changes = {rng.randrange(64): rng.choice([GONE, rng.randrange(1000)]) for _ in range(rng.randrange(1, 9))}
+            value.write(changes, GONE)
+            for k, v in changes.items():
+                if v is GONE:
+                    plain.pop(k, None)
+                else:
+                    plain[k] = v
+        elif roll < 0.6:
             value[key] = rng.randrange(1000)
             plain[key] = value[key]
         elif roll < 0.8:
