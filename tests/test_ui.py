@@ -466,30 +466,43 @@ def test_past_versions_from_anchors_and_checkpoints_equal_a_fold_from_the_start(
         stop.set()
 
 
-def test_the_survey_thins_its_anchors_to_the_budget_and_each_is_its_version() -> None:
-    """Anchors laid every 8 records over a 2,000-record trace, within a budget that holds a few:
-    the spacing doubles until they fit, the anchors left sit on the spacing's multiples, and
-    each one's snapshot is the trace's fold to its version."""
+@pytest.mark.parametrize("budget", [1 << 30, 400 << 10, 200 << 10])
+def test_the_survey_thins_its_points_to_the_budget_and_each_is_its_version(budget: int) -> None:
+    """Points laid every 8 records over a 2,000-record trace, within budgets that hold all of
+    them, some, a few: the keys thin out, then the step doubles, until they fit; the points
+    left sit on every multiple of the step, keys on the spacing's; each point's state (a key
+    with the deltas since written into it) is the trace's fold to its version, and folds on
+    from there as the trace does."""
     from strata.ui.survey import Survey
 
-    budget = 512 << 10
     lines = _lines(CONFORMANCE / "c05.jsonl")
     state, survey = CacheState(), Survey(budget_bytes=budget, every=8)
+    survey.begin(state)
     expected: dict[int, bytes] = {}
     for line in lines:
         fold_line(state, line)
         if state.version % 8 == 0:
             expected[state.version] = state.snapshot().canonical_bytes()
             survey.lay(state)
+    final = state.snapshot().canonical_bytes()
+    stats = survey.stats()
+    assert survey.bytes() <= budget, stats
+    if budget > 1 << 20:
+        assert (stats.step, stats.spacing) == (8, 64), stats
+    else:
+        assert stats.step > 8 and stats.spacing > 64, stats  # keys thinned, then points too
     kept = survey.versions()
-    assert survey.spacing > 8 and len(kept) > 1, (survey.spacing, kept)
-    assert all(v % survey.spacing == 0 for v in kept), kept
-    assert survey.bytes() <= budget, survey.bytes()
-    assert [v // survey.spacing for v in kept] == list(range(1, len(kept) + 1))  # evenly spread
+    newest = kept[-1]
+    assert kept == list(range(0, newest + 1, stats.step)) and newest > len(lines) - 2 * stats.step, (stats, kept)
+    expected[0] = CacheState().snapshot().canonical_bytes()
     for v in kept:
-        found = survey.below(v + survey.spacing - 1)
-        assert found is not None and found[0] == v
-        assert found[1].snapshot().canonical_bytes() == expected[v], v
+        assert survey.below(v + stats.step - 1) == v
+        assert survey.state_at(v).snapshot().canonical_bytes() == expected[v], v
+    for v in kept[1 :: max(1, len(kept) // 4)]:
+        on = survey.state_at(v)
+        for line in lines[v:]:
+            fold_line(on, line)
+        assert on.snapshot().canonical_bytes() == final, v
 
 
 @KAFKA

@@ -1,13 +1,18 @@
-"""Anchors over the whole history, so that no past version costs a checkpoint's restore.
+"""Starting points over the whole history, so that no past version costs a checkpoint's restore.
 
 The timeline lays anchors near the versions asked for; a version below all of them was a
 checkpoint's restore (2-5 s at 150,000 pods) plus a fold of up to the checkpoints' distance
 (100,000-400,000 records): 3-11 s. The survey folds the log once, in the background, from its
-first record to the version the live state was restored at, and keeps a fork every ``spacing``
-records. Anchors far apart share few shards (most tasks change between them), so each costs
-about a whole state's dict structure (up to 24 MB at 150,000 pods); when the anchors pass their
-share of the budget the spacing doubles and every other anchor goes (thinning), so the anchors
-kept are as many as fit, evenly spread, whatever the history's length.
+first record to the version the live state was restored at, and keeps a *point* every ``step``
+records: what the state changed since the point before (``statedelta``, about 50 KB for 1,024
+records at 150,000 pods), and every ``spacing`` records a *key*, a whole state (a fork of the
+key before with the deltas between written into it: up to 7 MB, since most task shards change
+between two keys). A version is then a fork of the key at or below its point, the deltas up to
+the point written into it (each key once, some ms), and a fold of less than ``step`` records.
+When the points pass their share of the budget, the keys thin out first (the spacing doubles,
+every other key goes: a delta costs about a thirtieth of a record's fold per record it spans),
+and once keys are ``KEY_RATIO`` steps apart the step doubles (pairs of deltas merged): the
+points kept are as many as fit, evenly spread, whatever the history's length.
 
 The survey gives way to requests: the interpreter is one, and a fold beside a request would
 double the request's time. It waits while any is being answered.
@@ -25,18 +30,23 @@ from strata.log.cachelog import CacheLogReader
 from strata.log.errors import StrataError
 from strata.projector.runner import LogRunner
 from strata.projector.state import CacheState
+from strata.projector.statedelta import StateDelta, apply, take, track
 from strata.schemas import LogRecord
 from strata.ui.states import charge, forget_changes, fork, parts
 
 LOG = logging.getLogger("strata.ui")
-SURVEY_EVERY = 8192  # the closest spacing: a fold of this many records takes ~150 ms at 150,000 pods
+SURVEY_EVERY = 1024  # the closest step between points: a fold of this many records takes ~20 ms at 150,000 pods
+KEYS_EVERY = 8  # steps between keys at first
+KEY_RATIO = 32  # keys thin out until they are this many steps apart; then the step doubles
 GATE_EVERY = 1024  # records between two looks at the requests being answered (and at stop)
 
 
 @dataclass(frozen=True)
 class SurveyStats:
-    anchors: int
-    spacing: int
+    anchors: int  # keys: whole states
+    spacing: int  # records between keys
+    points: int  # versions a past fold can start from (a key's, or a key's with deltas written in)
+    step: int  # records between points
     bytes: int
     reached: int
     done: bool
@@ -49,12 +59,16 @@ class Stopped(Exception):
 class Survey:
     def __init__(self, budget_bytes: int, every: int = SURVEY_EVERY) -> None:
         self.budget_bytes = budget_bytes
-        self.spacing = max(1, every)
-        self.gate_every = min(GATE_EVERY, self.spacing)
+        self.step = max(1, every)
+        self.spacing = self.step * KEYS_EVERY
+        self.gate_every = min(GATE_EVERY, self.step)
         self._lock = threading.Lock()
-        # version -> (the anchor, its parts for ``charge``), in version order
-        self._anchors: dict[int, tuple[CacheState, tuple[list[tuple[int, int]], int]]] = {}
+        # version -> (a whole state, its parts for ``charge``), in version order
+        self._keys: dict[int, tuple[CacheState, tuple[list[tuple[int, int]], int]]] = {}
+        self._deltas: dict[int, StateDelta] = {}  # point -> the change from the point ``step`` before
+        self._carry: StateDelta | None = None  # a delta whose point a doubled step dropped, merged into the next
         self._bytes = 0
+        self._delta_bytes = 0
         self.reached = 0  # the version the survey's fold has come to
         self.done = False
 
@@ -62,41 +76,68 @@ class Survey:
     def enabled(self) -> bool:
         return self.budget_bytes > 0
 
-    def below(self, version: int) -> tuple[int, CacheState] | None:
-        """The newest anchor at or below ``version`` (to fork, never to fold itself)."""
+    def below(self, version: int) -> int | None:
+        """The newest point at or below ``version``."""
         with self._lock:
-            best = max((v for v in self._anchors if v <= version), default=None)
-            return None if best is None else (best, self._anchors[best][0])
+            if not self._keys:
+                return None
+            newest = max(self._deltas, default=0)
+            point = min(version - version % self.step, newest)
+            return point if point >= 0 else None
+
+    def state_at(self, point: int) -> CacheState:
+        """A state of one's own at ``point`` (from ``below``): a fork of the key at or below it,
+        the deltas since written into it."""
+        with self._lock:  # the survey's thinning may merge the deltas meanwhile
+            key = point - point % self.spacing
+            state = fork(self._keys[key][0])
+            apply(state, [self._deltas[v] for v in range(key + self.step, point + 1, self.step)])
+        forget_changes(state)
+        return state
+
+    def written(self, a: int, b: int) -> set[str] | None:
+        """A superset of the task uids written between versions ``a`` < ``b``, from the deltas
+        (None beyond the newest point)."""
+        with self._lock:
+            first = a - a % self.step + self.step
+            last = b if b % self.step == 0 else b - b % self.step + self.step
+            if last > max(self._deltas, default=0):
+                return None
+            out: set[str] = set()
+            for point in range(first, last + 1, self.step):
+                out.update(self._deltas[point].writes.get("tasks", ()))
+            return out
 
     def versions(self) -> list[int]:
         with self._lock:
-            return list(self._anchors)
+            return sorted({0, *self._keys, *self._deltas})
 
     def bytes(self) -> int:
         return self._bytes
 
     def stats(self) -> SurveyStats:
         with self._lock:
-            return SurveyStats(len(self._anchors), self.spacing, self._bytes, self.reached, self.done)
+            points = len({0, *self._deltas}) if self._keys else 0
+            return SurveyStats(len(self._keys), self.spacing, points, self.step, self._bytes, self.reached, self.done)
 
     def run(self, runner: LogRunner, end: int, gate: Callable[[], None]) -> None:
-        """Fold the log from its first record to ``end``, laying anchors; ``gate`` is called
+        """Fold the log from its first record to ``end``, laying points; ``gate`` is called
         every ``gate_every`` records (it waits for the requests, and raises ``Stopped``)."""
         if not self.enabled or end <= 0:
             self.done = True
             return
         state = runner.restore(at_or_below=0)
-        self.lay(state)  # the versions before the first spacing's end: an empty state, or nearly
+        self.begin(state)
 
         def after() -> None:
             version = state.version
             if version % self.gate_every == 0:
                 self.reached = version
                 gate()
-                if version < end:
+                if version <= end:
                     self.lay(state)
 
-        def apply(offset: int, record: LogRecord) -> None:
+        def apply_record(offset: int, record: LogRecord) -> None:
             state.apply_at(offset, record)
             after()
 
@@ -105,7 +146,7 @@ class Survey:
             after()
 
         try:
-            CacheLogReader(runner.settings).feed(apply, apply_object, start=state.version, end=end)
+            CacheLogReader(runner.settings).feed(apply_record, apply_object, start=state.version, end=end)
             state.expect_offset(end)
         except Stopped:
             return
@@ -114,24 +155,71 @@ class Survey:
             return
         self.reached = end
         self.done = True
-        LOG.info("the UI's survey of the history: %d anchors, %d records apart", len(self._anchors), self.spacing)
+        LOG.info(
+            "the UI's survey of the history: %d keys %d records apart, a point every %d records",
+            len(self._keys),
+            self.spacing,
+            self.step,
+        )
+
+    def begin(self, state: CacheState) -> None:
+        """The first key: ``state`` as the survey's fold starts (at version 0), which from now on
+        remembers what it changes."""
+        assert state.version == 0, state.version
+        key = fork(state)
+        track(state)
+        forget_changes(state)
+        with self._lock:
+            self._keys[0] = (key, parts(key))
+            self._bytes = self._charged()
 
     def lay(self, state: CacheState) -> None:
-        """Keep a fork of ``state`` if its version is on the spacing, thinning the anchors to the budget."""
-        if state.version % self.spacing:
+        """Keep what ``state`` changed since the last point if its version is on the step (and a
+        key if on the spacing), thinning the points to the budget."""
+        if state.version % self.step or state.version == 0:
             return
-        forget_changes(state)
-        anchor = fork(state)
+        delta = take(state)
+        if self._carry is not None:
+            delta, self._carry = self._carry.then(delta), None
         with self._lock:
-            self._anchors[state.version] = (anchor, parts(anchor))
+            self._deltas[state.version] = delta
+            self._delta_bytes += delta.nbytes()
+            if state.version % self.spacing == 0:
+                self._key(state.version)
             self._bytes = self._charged()
-            while self._bytes > self.budget_bytes and len(self._anchors) > 1:
-                self.spacing *= 2
-                self._anchors = {v: a for v, a in self._anchors.items() if v % self.spacing == 0}
+            while self._bytes > self.budget_bytes and (len(self._keys) > 1 or len(self._deltas) > 1):
+                self._thin()
                 self._bytes = self._charged()
         gc.freeze()  # kept until thinned: the collector's full passes need not walk it
 
+    def _key(self, version: int) -> None:
+        before = max(self._keys)
+        key = fork(self._keys[before][0])
+        apply(key, [self._deltas[v] for v in range(before + self.step, version + 1, self.step)])
+        forget_changes(key)
+        key.compact()
+        self._keys[version] = (key, parts(key))
+
+    def _thin(self) -> None:
+        """Every other key, or once keys are KEY_RATIO steps apart, every other point."""
+        if self.spacing < KEY_RATIO * self.step and len(self._keys) > 1:
+            self.spacing *= 2
+            self._keys = {v: k for v, k in self._keys.items() if v % self.spacing == 0}
+            return
+        self.step *= 2
+        self.spacing = max(self.spacing, self.step)
+        merged: dict[int, StateDelta] = {}
+        for v, delta in self._deltas.items():
+            if v % self.step == 0:
+                before = self._deltas.get(v - self.step // 2)
+                merged[v] = delta if before is None else before.then(delta)
+        newest = max(self._deltas)
+        if newest % self.step:  # its pair is still to come: it goes into the next delta
+            self._carry = self._deltas[newest]
+        self._deltas = merged
+        self._delta_bytes = sum(d.nbytes() for d in merged.values())
+
     def _charged(self) -> int:
-        """The anchors' dict structure, each counted once however many anchors share it."""
+        """The keys' dict structure, each counted once however many keys share it, and the deltas'."""
         shared: set[int] = set()
-        return sum(charge(anchor_parts, shared) for _, anchor_parts in self._anchors.values())
+        return self._delta_bytes + sum(charge(key_parts, shared) for _, key_parts in self._keys.values())

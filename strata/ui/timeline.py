@@ -22,7 +22,7 @@ import gc
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,6 +44,7 @@ LOG = logging.getLogger("strata.ui")
 ANCHOR_EVERY = 1024  # records between anchors: a nearby version is at most this many records' fold away
 ANCHOR_WINDOW = 16  # anchors laid over the last ANCHOR_WINDOW * ANCHOR_EVERY records before a version asked for
 COARSE = 8  # every COARSE-th point of the grid gets an anchor over a whole fold (the window: every one)
+ASKED_KEPT = 4  # past versions asked for lately: one near them means the user is browsing there
 CURSORS_KEPT = 2  # states left where a past fold stopped (off the anchor grid), to fold on from
 CHUNK = 1024  # records read from the broker at once for a past fold, and kept (decoded) for the next one
 CHUNKS_KEPT = 48  # about 1 MB each at 5,000 nodes / 150,000 pods: versions near each other reread nothing
@@ -129,6 +130,7 @@ class Timeline:
         self._steps: OrderedDict[int, frozenset[str]] = OrderedDict()
         self._tails: OrderedDict[int, frozenset[str]] = OrderedDict()
         self._live_from_grid = False  # whether the live fold has passed a grid point since its restore
+        self._asked: deque[int] = deque(maxlen=ASKED_KEPT)  # the past versions asked for lately
 
     # ------------------------------------------------------------------------------- live
     def start(self, stop: threading.Event) -> None:
@@ -272,8 +274,11 @@ class Timeline:
             hit = self._cached(version)
             if hit is not None:
                 return hit
+            window = ANCHOR_WINDOW * self.anchor_every
+            browsing = any(abs(version - asked) <= window for asked in self._asked)
+            self._asked.append(version)
             state, lineage = self._start_for(version)
-            self._fold(state, version, lineage)
+            self._fold(state, version, lineage, browsing)
             snapshot = state.snapshot()
             # the next one may fold on from it; only the last few such cursors are kept
             self._remember(("a", version), _Item(lineage, state), evict=False)
@@ -297,21 +302,15 @@ class Timeline:
             below = [(v, item) for (kind, v), item in self._items.items() if kind == "a" and v <= version]
         best = max(below, key=lambda pair: pair[0], default=None)
         surveyed = self.survey.below(version)
-        reach = version - ANCHOR_WINDOW * self.anchor_every
-        if surveyed is not None and (best is None or best[0] <= reach):
-            # nothing laid near ``version`` yet: start below the window, so that the fold lays its
-            # anchors (the next versions asked for are most likely near this one), from a survey
-            # anchor or an anchor of an earlier fold, whichever is nearer
-            surveyed = self.survey.below(reach) or surveyed
         checkpoint = self._newest_checkpoint(version)
         from_anchor = (version - best[0]) / FOLD_RATE if best is not None else float("inf")
         from_checkpoint = self._restore_seconds + (version - checkpoint) / FOLD_RATE
         if (
             surveyed is not None
-            and (best is None or surveyed[0] > best[0])
-            and (version - surveyed[0]) / FOLD_RATE <= from_checkpoint
+            and (best is None or surveyed > best[0])
+            and (version - surveyed) / FOLD_RATE <= from_checkpoint
         ):
-            return fork(surveyed[1]), SURVEY
+            return self.survey.state_at(surveyed), SURVEY
         if best is not None and from_anchor <= from_checkpoint:
             anchor_version, item = best
             assert isinstance(item.value, CacheState)
@@ -350,9 +349,12 @@ class Timeline:
                 del self._items[key]
             return state, self._lineage
 
-    def _fold(self, state: CacheState, version: int, lineage: int) -> None:
+    def _fold(self, state: CacheState, version: int, lineage: int, browsing: bool = True) -> None:
         """Fold ``state`` forward to ``version``, laying anchors on the grid over the window
-        before it, and recording which tasks each stretch of the grid wrote (``written``)."""
+        before it if ``browsing`` (a version asked for lately is near it: a fork costs the
+        shards the fold copies after it, worth it only for the versions asked next), every
+        COARSE-th grid point in any case, and recording which tasks each stretch of the grid
+        wrote (``written``)."""
         lay_from = version - ANCHOR_WINDOW * self.anchor_every
         forget_changes(state)
         segment = self._tail(state.version)  # task uids written since the grid point before, None: unknown
@@ -368,7 +370,7 @@ class Timeline:
                 segment = _NOTHING
                 forget_changes(state)
                 laid = ("a", state.version) in self._items
-                wanted = state.version >= lay_from or state.version % (COARSE * self.anchor_every) == 0
+                wanted = (browsing and state.version >= lay_from) or state.version % (COARSE * self.anchor_every) == 0
                 if wanted and state.version < version and not laid:
                     self._remember(("a", state.version), _Item(lineage, fork(state)), evict=False)
         state.expect_offset(version)
@@ -378,9 +380,14 @@ class Timeline:
     # ----------------------------------------------------------------- what the folds wrote
     def written(self, a: int, b: int) -> set[str] | None:
         """A superset of the task uids written between versions ``a`` and ``b`` (either order),
-        from what the folds recorded; None when they did not cover the stretch. Facts about the
-        log, the same in every lineage: figures of one version advance to another by them."""
+        from what the folds recorded, else from the survey's deltas; None when neither covers the
+        stretch. Facts about the log, the same in every lineage: figures of one version advance
+        to another by them."""
         a, b = min(a, b), max(a, b)
+        own = self._written(a, b)
+        return own if own is not None else self.survey.written(a, b)
+
+    def _written(self, a: int, b: int) -> set[str] | None:
         with self._changed:
             if a - a % self.anchor_every == b - b % self.anchor_every:
                 tail_a, tail_b = self._tail(a), self._tail(b)
