@@ -30,6 +30,7 @@ PROBE = 256  # tasks looked at to tell whether a base's tasks are the same objec
 MIN_ALIKE = 0.5  # of the probed tasks: below this a base saves too little, the figures are computed anew
 KEPT = 16  # versions whose figures are kept to advance from
 WRITTEN_TRIED = 4  # the kept versions nearest a new one whose written keys are looked up
+NEAR = 4096  # written tasks below which a job's or node's tasks come from advanced figures, not a pass
 
 
 @dataclass(frozen=True)
@@ -275,26 +276,44 @@ class FiguresCache:
         """The figures of ``snapshot``: kept, or advanced from a kept version's, by the task
         uids ``written`` between the two (the timeline's record) when it knows them, else by
         comparing task maps with a version of the same lineage, else counted anew."""
+        figures = self.near(snapshot, written, len(snapshot.tasks) // 4)
+        if figures is None:
+            nearest = self._nearest(snapshot.version)
+            # the nearest version of the same lineage: the fewest tasks to count again
+            alike = [f for f in nearest if f.likeness(snapshot) >= MIN_ALIKE][:1]
+            figures = self._keep(alike[0].advance(snapshot) if alike else Figures.of(snapshot))
+        return figures
+
+    def near(
+        self, snapshot: Snapshot, written: Written | None, most: int = NEAR, reach: int | None = None
+    ) -> Figures | None:
+        """The figures of ``snapshot`` if kept, or advanced from a kept version's by fewer than
+        ``most`` written tasks, looking only at kept versions at most ``reach`` records away
+        (the written tasks of a long stretch cost a union of many records'); None if they would
+        cost more."""
         with self._lock:
             found = self._by_version.get(snapshot.version)
             if found is not None:
                 self._by_version.move_to_end(snapshot.version)
                 return found
-            candidates = list(self._by_version.values())
-        figures = None
-        nearest = sorted(candidates, key=lambda f: abs(f.version - snapshot.version))
-        if written is not None:
-            for base in nearest[:WRITTEN_TRIED]:
-                keys = written(base.version, snapshot.version)
-                if keys is not None and len(keys) < len(snapshot.tasks) // 4:
-                    figures = base.advance(snapshot, keys)
-                    break
-        if figures is None:
-            # the nearest version of the same lineage: the fewest tasks to count again
-            alike = [f for f in nearest if f.likeness(snapshot) >= MIN_ALIKE][:1]
-            figures = alike[0].advance(snapshot) if alike else Figures.of(snapshot)
+        if written is None:
+            return None
+        for base in self._nearest(snapshot.version)[:WRITTEN_TRIED]:
+            if reach is not None and abs(base.version - snapshot.version) > reach:
+                break
+            keys = written(base.version, snapshot.version)
+            if keys is not None and len(keys) < most:
+                return self._keep(base.advance(snapshot, keys))
+        return None
+
+    def _nearest(self, version: int) -> list[Figures]:
         with self._lock:
-            self._by_version[snapshot.version] = figures
+            candidates = list(self._by_version.values())
+        return sorted(candidates, key=lambda f: abs(f.version - version))
+
+    def _keep(self, figures: Figures) -> Figures:
+        with self._lock:
+            self._by_version[figures.version] = figures
             while len(self._by_version) > self.kept:
                 self._by_version.popitem(last=False)
         return figures
