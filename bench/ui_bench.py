@@ -332,8 +332,9 @@ def wait_for_survey(ui: Ui) -> dict[str, Any]:
         time.sleep(1.0)
     survey.update(seconds=time.perf_counter() - started, rss_mb=ui.rss())
     print(
-        f"survey of the history: {survey['seconds']:.0f} s, {survey['anchors']} anchors "
-        f"{survey['spacing']:,} records apart, {survey['bytes'] >> 20} MB charged, RSS {survey['rss_mb']:.0f} MB"
+        f"survey of the history: {survey['seconds']:.0f} s, {survey['anchors']} whole states "
+        f"{survey['spacing']:,} records apart, {survey.get('points', 0)} points {survey.get('step', 0):,} apart, "
+        f"{survey['bytes'] >> 20} MB charged, RSS {survey['rss_mb']:.0f} MB"
         + ("" if survey["done"] else " (NOT DONE)"),
         flush=True,
     )

@@ -274,10 +274,9 @@ class Timeline:
             hit = self._cached(version)
             if hit is not None:
                 return hit
-            window = ANCHOR_WINDOW * self.anchor_every
-            browsing = any(abs(version - asked) <= window for asked in self._asked)
+            browsing = self._browsing(version)
             self._asked.append(version)
-            state, lineage = self._start_for(version)
+            state, lineage = self._start_for(version, browsing)
             self._fold(state, version, lineage, browsing)
             snapshot = state.snapshot()
             # the next one may fold on from it; only the last few such cursors are kept
@@ -296,12 +295,25 @@ class Timeline:
             assert isinstance(item.value, Snapshot)
             return item.value
 
-    def _start_for(self, version: int) -> tuple[CacheState, int]:
-        """The cheapest state at or below ``version`` to fold forward from, as one of our own."""
+    def _browsing(self, version: int) -> bool:
+        """Whether the versions asked next are likely near ``version``: it is the first past
+        version asked (where the user lands with the slider), or near one asked lately. Only
+        then is a window of anchors worth its forks; a version drawn anywhere pays none."""
+        window = ANCHOR_WINDOW * self.anchor_every
+        return not self._asked or any(abs(version - asked) <= window for asked in self._asked)
+
+    def _start_for(self, version: int, browsing: bool = False) -> tuple[CacheState, int]:
+        """The cheapest state at or below ``version`` to fold forward from, as one of our own;
+        when ``browsing`` and nothing is laid over the window before it, one below the window,
+        so that the fold lays the window's anchors for the versions asked next."""
         with self._changed:
             below = [(v, item) for (kind, v), item in self._items.items() if kind == "a" and v <= version]
         best = max(below, key=lambda pair: pair[0], default=None)
         surveyed = self.survey.below(version)
+        reach = version - ANCHOR_WINDOW * self.anchor_every
+        if browsing and surveyed is not None and (best is None or best[0] <= reach):
+            lower = self.survey.below(reach)
+            surveyed = surveyed if lower is None else lower
         checkpoint = self._newest_checkpoint(version)
         from_anchor = (version - best[0]) / FOLD_RATE if best is not None else float("inf")
         from_checkpoint = self._restore_seconds + (version - checkpoint) / FOLD_RATE
