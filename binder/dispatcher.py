@@ -28,7 +28,7 @@ from strata.binder import metrics, txn
 from strata.log.cachelog import is_log_record, offset_of
 from strata.log.config import Settings
 from strata.log.metrics import FOLLOWING
-from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames
+from strata.log.topics import FETCH_BYTES, TopicNames
 from strata.projector.state import CacheState, FoldConfig
 from strata.schemas import (
     BadRecord,
@@ -100,7 +100,7 @@ class Dispatcher:
                     "enable.auto.commit": False,
                     "auto.offset.reset": "earliest",
                     "isolation.level": "read_committed",  # never act on a record that may be aborted
-                    "fetch.message.max.bytes": MAX_MESSAGE_BYTES + 65536,
+                    "fetch.message.max.bytes": FETCH_BYTES,
                     "fetch.wait.max.ms": 20,
                 }
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
@@ -12,7 +13,7 @@ from strata.log.cachelog import CacheLogReader, CacheLogWriter, DeliveryError, P
 from strata.log.config import Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES
-from strata.log.topics import TopicNames, ensure_topics, plan
+from strata.log.topics import FETCH_BYTES, TopicNames, ensure_topics, plan
 from strata.schemas import BadRecord, WatchEvent, encode
 from tests.test_codec import ONE_OF_EACH
 
@@ -63,6 +64,26 @@ def test_every_record_type_round_trips_through_the_broker(kafka: Settings):
     assert [e.offset for e in entries] == list(range(len(LOG_RECORDS)))
     stamps = [e.timestamp_ms for e in entries]
     assert stamps == sorted(stamps) and stamps[0] > 0  # broker-assigned, never backwards
+
+
+def test_a_record_larger_than_a_fetch_is_read_whole(kafka: Settings):
+    """Consumers ask FETCH_BYTES per fetch, far below MAX_MESSAGE_BYTES: a record of several
+    MiB (incompressible, so its batch stays larger than a fetch) still reads whole, in place."""
+    import base64
+    import dataclasses
+    import os
+
+    small = LOG_RECORDS[0]
+    note = base64.b64encode(os.urandom(3 * FETCH_BYTES)).decode()
+    big = dataclasses.replace(small, object=json.dumps({"note": note}).encode())
+    writer = CacheLogWriter(kafka)
+    for record in (small, big, small):
+        writer.append(record)
+    writer.flush()
+    assert len(big.object) > 3 * FETCH_BYTES
+    assert [e.record for e in CacheLogReader(kafka).read()] == [small, big, small]
+    items = [item for batch in CacheLogReader(kafka).fold_items(start=1, end=3) for item in batch]
+    assert [(offset, raw) for offset, _op, raw in items] == [(1, big.object), (2, small.object)]
 
 
 def test_bad_messages_are_counted_quarantined_and_keep_their_place(kafka: Settings):

@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from strata.log.config import ClientConfig, Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES, PUBLISHED
-from strata.log.topics import MAX_MESSAGE_BYTES, TopicNames, check_present, require_topics
+from strata.log.topics import FETCH_BYTES, MAX_MESSAGE_BYTES, TopicNames, check_present, require_topics
 from strata.schemas import BadRecord, CodecError, LogRecord, decode, encode
 from strata.schemas.codec import fields_reader, record_reader
 from strata.schemas.records import RECORD_CLASSES, Record, WatchEvent
@@ -534,7 +534,7 @@ class CacheLogReader:
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,
-                    "fetch.message.max.bytes": MAX_MESSAGE_BYTES + 65536,
+                    "fetch.message.max.bytes": FETCH_BYTES,
                     # a follower at the end of the log waits for new records this long per fetch
                     "fetch.wait.max.ms": 100,
                 }
