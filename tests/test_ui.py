@@ -498,6 +498,9 @@ def test_the_survey_thins_its_points_to_the_budget_and_each_is_its_version(budge
     for v in kept:
         assert survey.below(v + stats.step - 1) == v
         assert survey.state_at(v).snapshot().canonical_bytes() == expected[v], v
+    written = survey.written(0, newest)
+    assert written and survey.written(0, newest, most=len(written)) is None  # a union stops at most
+    assert survey.written(0, newest, most=len(written) + 1) == written
     for v in kept[1 :: max(1, len(kept) // 4)]:
         on = survey.state_at(v)
         for line in lines[v:]:

@@ -3,7 +3,7 @@
 The timeline lays anchors near the versions asked for; a version below all of them was a
 checkpoint's restore (2-5 s at 150,000 pods) plus a fold of up to the checkpoints' distance
 (100,000-400,000 records): 3-11 s. The survey folds the log once, in the background, from its
-first record to the version the live state was restored at, and keeps a *point* every ``step``
+first record to its end when the UI started, and keeps a *point* every ``step``
 records: what the state changed since the point before (``statedelta``, about 50 KB for 1,024
 records at 150,000 pods), and every ``spacing`` records a *key*, a whole state (a fork of the
 key before with the deltas between written into it: up to 7 MB, since most task shards change
@@ -37,7 +37,7 @@ from strata.ui.states import charge, forget_changes, fork, parts
 LOG = logging.getLogger("strata.ui")
 SURVEY_EVERY = 1024  # the closest step between points: a fold of this many records takes ~20 ms at 150,000 pods
 KEYS_EVERY = 8  # steps between keys at first
-KEY_RATIO = 32  # keys thin out until they are this many steps apart; then the step doubles
+KEY_RATIO = 128  # keys thin out until they are this many steps apart; then the step doubles
 GATE_EVERY = 1024  # records between two looks at the requests being answered (and at stop)
 
 
@@ -95,9 +95,9 @@ class Survey:
         forget_changes(state)
         return state
 
-    def written(self, a: int, b: int) -> set[str] | None:
+    def written(self, a: int, b: int, most: int | None = None) -> set[str] | None:
         """A superset of the task uids written between versions ``a`` < ``b``, from the deltas
-        (None beyond the newest point)."""
+        (None beyond the newest point, or once they are ``most`` or more)."""
         with self._lock:
             first = a - a % self.step + self.step
             last = b if b % self.step == 0 else b - b % self.step + self.step
@@ -106,6 +106,8 @@ class Survey:
             out: set[str] = set()
             for point in range(first, last + 1, self.step):
                 out.update(self._deltas[point].writes.get("tasks", ()))
+                if most is not None and len(out) >= most:
+                    return None
             return out
 
     def versions(self) -> list[int]:

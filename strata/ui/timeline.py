@@ -110,7 +110,6 @@ class Timeline:
         self._quiet = threading.Condition()  # the survey waits on it while requests are answered
         self._serving = 0
         self._stop = threading.Event()
-        self._restored_at = 0
         self.anchor_every = max(1, anchor_every)
         self.chunk = max(1, chunk)
         self._changed = threading.Condition()
@@ -162,7 +161,6 @@ class Timeline:
             gc.freeze()  # the restored state lives on: the collector's full passes need not walk it
             with self._changed:
                 self._live_from_grid = state.version % self.anchor_every == 0
-                self._restored_at = state.version
                 self._live = state
                 self._changed.notify_all()
             for entry in self.runner.reader.follow(state.version, stop):
@@ -178,13 +176,14 @@ class Timeline:
 
     # ----------------------------------------------------------------------------- survey
     def _survey(self) -> None:
-        """Anchors from the log's first record to the live state's: see ``survey``."""
+        """Points from the log's first record to its end when it starts: see ``survey``
+        (beyond it, the live fold's coarse anchors and the windows of browsed versions)."""
         try:
             self.wait_ready(timeout_s=24 * 3600.0)
         except StrataError:
             return
         try:
-            self.survey.run(self.runner, self._restored_at, self._gate)
+            self.survey.run(self.runner, self.runner.reader.end_offset(), self._gate)
         except Exception as exc:  # the survey only saves time: a failure leaves far versions to restores
             LOG.warning("the UI's survey of the history failed: %s", exc)
 
@@ -306,8 +305,10 @@ class Timeline:
 
     def _start_for(self, version: int, browsing: bool = False) -> tuple[CacheState, int]:
         """The cheapest state at or below ``version`` to fold forward from, as one of our own;
-        when ``browsing`` and nothing is laid over the window before it, one below the window,
-        so that the fold lays the window's anchors for the versions asked next."""
+        when ``browsing`` and nothing is laid over the window before it, the survey's point
+        below the window, so that the fold lays the window's anchors for the versions asked
+        next (a fork of an anchor costs less than rebuilding a state from a survey key and its
+        deltas: 1 ms against 5-130 ms at 150,000 pods)."""
         with self._changed:
             below = [(v, item) for (kind, v), item in self._items.items() if kind == "a" and v <= version]
         best = max(below, key=lambda pair: pair[0], default=None)
@@ -392,14 +393,15 @@ class Timeline:
             self._record_tail(version, segment | state.tasks.changed)
 
     # ----------------------------------------------------------------- what the folds wrote
-    def written(self, a: int, b: int) -> set[str] | None:
+    def written(self, a: int, b: int, most: int | None = None) -> set[str] | None:
         """A superset of the task uids written between versions ``a`` and ``b`` (either order),
         from what the folds recorded, else from the survey's deltas; None when neither covers the
-        stretch. Facts about the log, the same in every lineage: figures of one version advance
+        stretch, or when they are ``most`` or more (the union of a long stretch's deltas stops
+        there). Facts about the log, the same in every lineage: figures of one version advance
         to another by them."""
         a, b = min(a, b), max(a, b)
         own = self._written(a, b)
-        return own if own is not None else self.survey.written(a, b)
+        return own if own is not None else self.survey.written(a, b, most)
 
     def _written(self, a: int, b: int) -> set[str] | None:
         with self._changed:
