@@ -89,10 +89,14 @@ class Survey:
         """A state of one's own at ``point`` (from ``below``): a fork of the key at or below it,
         the deltas since written into it."""
         with self._lock:  # the survey's thinning may merge the deltas meanwhile
-            key = point - point % self.spacing
-            state = fork(self._keys[key][0])
-            apply(state, [self._deltas[v] for v in range(key + self.step, point + 1, self.step)])
+            state = self._rebuilt(point - point % self.spacing, point)
         forget_changes(state)
+        return state
+
+    def _rebuilt(self, key: int, point: int) -> CacheState:
+        """A fork of the key at ``key`` with the deltas after it up to ``point`` written in."""
+        state = fork(self._keys[key][0])
+        apply(state, [self._deltas[v] for v in range(key + self.step, point + 1, self.step)])
         return state
 
     def written(self, a: int, b: int, most: int | None = None) -> set[str] | None:
@@ -195,9 +199,7 @@ class Survey:
         gc.freeze()  # kept until thinned: the collector's full passes need not walk it
 
     def _key(self, version: int) -> None:
-        before = max(self._keys)
-        key = fork(self._keys[before][0])
-        apply(key, [self._deltas[v] for v in range(before + self.step, version + 1, self.step)])
+        key = self._rebuilt(max(self._keys), version)
         forget_changes(key)
         key.compact()
         self._keys[version] = (key, parts(key))

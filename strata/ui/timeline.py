@@ -307,7 +307,7 @@ class Timeline:
         window = ANCHOR_WINDOW * self.anchor_every
         return not self._asked or sum(abs(version - asked) <= window for asked in self._asked) >= BROWSED
 
-    def _start_for(self, version: int, browsing: bool = False) -> tuple[CacheState, int]:
+    def _start_for(self, version: int, browsing: bool) -> tuple[CacheState, int]:
         """The cheapest state at or below ``version`` to fold forward from, as one of our own;
         when ``browsing`` and nothing is laid over the window before it, the survey's point
         below the window, so that the fold lays the window's anchors for the versions asked
@@ -368,10 +368,10 @@ class Timeline:
                 del self._items[key]
             return state, self._lineage
 
-    def _fold(self, state: CacheState, version: int, lineage: int, browsing: bool = True) -> None:
+    def _fold(self, state: CacheState, version: int, lineage: int, browsing: bool) -> None:
         """Fold ``state`` forward to ``version``, laying anchors on the grid over the window
-        before it if ``browsing`` (a version asked for lately is near it: a fork costs the
-        shards the fold copies after it, worth it only for the versions asked next), every
+        before it if ``browsing`` (see ``_browsing``: a fork costs the shards the fold copies
+        after it, worth it only for the versions asked next), every
         COARSE-th grid point in any case, and recording which tasks each stretch of the grid
         wrote (``written``)."""
         lay_from = version - ANCHOR_WINDOW * self.anchor_every
