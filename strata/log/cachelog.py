@@ -21,7 +21,14 @@ from confluent_kafka.admin import AdminClient
 from strata.log.config import ClientConfig, Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES, PUBLISHED
-from strata.log.topics import FETCH_BYTES, MAX_MESSAGE_BYTES, TopicNames, check_present, require_topics
+from strata.log.topics import (
+    FETCH_BYTES,
+    MAX_MESSAGE_BYTES,
+    QUEUE_BACKOFF_MS,
+    TopicNames,
+    check_present,
+    require_topics,
+)
 from strata.schemas import BadRecord, CodecError, LogRecord, decode, encode
 from strata.schemas.codec import fields_reader, record_reader
 from strata.schemas.records import RECORD_CLASSES, Record, WatchEvent
@@ -535,6 +542,10 @@ class CacheLogReader:
                     "isolation.level": "read_committed",
                     "enable.partition.eof": True,
                     "fetch.message.max.bytes": FETCH_BYTES,
+                    # Once its queue is full the client stops fetching for this long (1 s by
+                    # default): a fold reading the log drains a full queue in less, then waits
+                    # for the next fetch (docs/projector.md, "waiting for the broker").
+                    "fetch.queue.backoff.ms": QUEUE_BACKOFF_MS,
                     # a follower at the end of the log waits for new records this long per fetch
                     "fetch.wait.max.ms": 100,
                 }
