@@ -73,17 +73,17 @@ class Figures:
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Figures:
-        """The figures counted anew: one pass over the tasks, summing into mutable totals per
-        job (a new JobFigures per task would cost several times the pass)."""
+        """The figures counted anew: one pass over the tasks that counts each job's tasks by
+        status and request object (a job's pods share a few request objects: the fold memoizes
+        them), then sums each group's request once, times its tasks."""
         statuses = [0] * len(STATUSES)
-        totals: dict[str, tuple[list[int], dict[str, int], dict[str, int]]] = {}
+        groups: dict[tuple[str, TaskStatus, int], int] = {}  # (job, status, id of a request) -> tasks
+        requests: dict[int, dict[str, int]] = {}  # id -> the request (alive: the tasks hold it)
         by_job: dict[str, list[str]] = {}
         by_node: dict[str, list[str]] = {}
-        index, allocated_statuses, pending = _INDEX, ALLOCATED, _PENDING
+        index = _INDEX
         for shard in snapshot.tasks.shards():
             for uid, task in shard.items():
-                i = index[task.status]
-                statuses[i] += 1
                 if task.node:
                     on = by_node.get(task.node)
                     if on is None:
@@ -92,30 +92,25 @@ class Figures:
                         on.append(uid)
                 job = task.job
                 if job is None:
+                    statuses[index[task.status]] += 1
                     continue
                 of_job = by_job.get(job)
                 if of_job is None:
                     by_job[job] = [uid]
                 else:
                     of_job.append(uid)
-                total = totals.get(job)
-                if total is None:
-                    total = totals[job] = ([0] * len(STATUSES), {}, {})
-                total[0][i] += 1
-                status = task.status
-                if status in allocated_statuses:
-                    _accumulate(total[1], task.resreq)
-                    _accumulate(total[2], task.resreq)
-                elif status == pending:
-                    _accumulate(total[2], task.resreq)
-        jobs = {
-            job: JobFigures(tuple(counts), _nonzero(allocated), _nonzero(request))
-            for job, (counts, allocated, request) in totals.items()
-        }
+                resreq = task.resreq
+                key = (job, task.status, id(resreq))
+                n = groups.get(key)
+                if n is None:
+                    groups[key] = 1
+                    requests[key[2]] = resreq
+                else:
+                    groups[key] = n + 1
         return cls(
             snapshot.version,
             snapshot.tasks,
-            jobs,
+            _job_figures(groups, requests, statuses),
             tuple(statuses),
             {job: frozenset(uids) for job, uids in by_job.items()},
             {node: frozenset(uids) for node, uids in by_node.items()},
@@ -208,9 +203,36 @@ def _add(total: dict[str, int], add: dict[str, int], sign: int) -> dict[str, int
     return out
 
 
-def _accumulate(total: dict[str, int], add: dict[str, int]) -> None:
+def _job_figures(
+    groups: dict[tuple[str, TaskStatus, int], int], requests: dict[int, dict[str, int]], statuses: list[int]
+) -> dict[str, JobFigures]:
+    """Each job's figures from its tasks counted by (job, status, request), adding each group's
+    tasks into ``statuses`` too. In the groups' order, which is their first tasks', so each sum
+    lists its resources in the order a pass adding task by task would."""
+    totals: dict[str, tuple[list[int], dict[str, int], dict[str, int]]] = {}
+    index, allocated_statuses, pending = _INDEX, ALLOCATED, _PENDING
+    for (job, status, request), n in groups.items():
+        i = index[status]
+        statuses[i] += n
+        total = totals.get(job)
+        if total is None:
+            total = totals[job] = ([0] * len(STATUSES), {}, {})
+        total[0][i] += n
+        if status in allocated_statuses:
+            accumulate(total[1], requests[request], n)
+            accumulate(total[2], requests[request], n)
+        elif status == pending:
+            accumulate(total[2], requests[request], n)
+    return {
+        job: JobFigures(tuple(counts), _nonzero(allocated), _nonzero(request))
+        for job, (counts, allocated, request) in totals.items()
+    }
+
+
+def accumulate(total: dict[str, int], add: dict[str, int], times: int = 1) -> None:
+    """Add ``add`` into ``total``, ``times`` over (-1: take it out)."""
     for k, v in add.items():
-        total[k] = total.get(k, 0) + v
+        total[k] = total.get(k, 0) + v * times
 
 
 def _nonzero(total: dict[str, int]) -> dict[str, int]:

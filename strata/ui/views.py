@@ -18,7 +18,7 @@ from strata.projector.kinds import PodView
 from strata.projector.resources import BadQuantity, nonzero, parse_resources
 from strata.projector.snapshot import Snapshot
 from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
-from strata.ui.derived import Figures, queue_figures
+from strata.ui.derived import Figures, accumulate, queue_figures
 
 HEAT_RESOURCES = ("cpu", "memory", "pods")
 PAGE_ROWS = 100  # jobs listed per page of the cluster view
@@ -67,9 +67,9 @@ def job_entry(snapshot: Snapshot, key: str, tasks: Sequence[tuple[str, PodView]]
     allocated: dict[str, int] = {}
     total: dict[str, int] = {}
     for _uid, t in tasks:
-        _accumulate(total, t.resreq)
+        accumulate(total, t.resreq)
         if t.status in ALLOCATED:
-            _accumulate(allocated, t.resreq)
+            accumulate(allocated, t.resreq)
     return {
         "name": pg.name,
         "namespace": pg.namespace,
@@ -104,7 +104,7 @@ def node_entry(snapshot: Snapshot, name: str, tasks: Sequence[tuple[str, PodView
             continue
         on_node.append(uid)
         if t.status == TaskStatus.RELEASING:
-            _accumulate(releasing, t.resreq)
+            accumulate(releasing, t.resreq)
     return {
         "allocatable": nonzero(allocatable),
         "capability": nonzero(kinds.node_capability(n, csi)),
@@ -118,11 +118,6 @@ def node_entry(snapshot: Snapshot, name: str, tasks: Sequence[tuple[str, PodView
         "labels": dict(n.labels),
         "revocableZone": n.revocable_zone,
     }
-
-
-def _accumulate(total: dict[str, int], add: dict[str, int], sign: int = 1) -> None:
-    for k, v in add.items():
-        total[k] = total.get(k, 0) + sign * v
 
 
 # ----------------------------------------------------------------------------------- cluster
@@ -392,7 +387,7 @@ def _containers_request(requests: Any) -> dict[str, int]:
         return total
     for container in requests.values():
         try:
-            _accumulate(total, parse_resources(container))
+            accumulate(total, parse_resources(container))
         except (BadQuantity, TypeError, ValueError):
             continue  # a bad record's request: the fold refused it too
     return total
