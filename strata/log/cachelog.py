@@ -544,7 +544,7 @@ class CacheLogReader:
                     "fetch.message.max.bytes": FETCH_BYTES,
                     # Once its queue is full the client stops fetching for this long (1 s by
                     # default): a fold reading the log drains a full queue in less, then waits
-                    # for the next fetch (docs/projector.md, "waiting for the broker").
+                    # for the next fetch (topics.QUEUE_BACKOFF_MS).
                     "fetch.queue.backoff.ms": QUEUE_BACKOFF_MS,
                     # a follower at the end of the log waits for new records this long per fetch
                     "fetch.wait.max.ms": 100,
