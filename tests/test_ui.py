@@ -466,6 +466,27 @@ def test_past_versions_from_anchors_and_checkpoints_equal_a_fold_from_the_start(
         stop.set()
 
 
+@pytest.mark.parametrize(
+    ("version", "asked", "browsed"),
+    [
+        (500_000, [], True),  # the first past version: where the user lands
+        (500_000, [490_000, 495_000, 505_000, 510_000], True),  # the last four all near: browsing
+        (500_000, [490_000, 495_000, 505_000, 900_000], False),  # three of four near: not yet
+        (500_000, [100_000, 499_000, 700_000, 501_000], False),  # versions drawn anywhere
+        (500_000, [500_000 - 16_384] * 4, True),  # the window's edge is in it
+        (500_000, [500_000 - 16_385] * 4, False),
+    ],
+)
+def test_a_window_is_laid_only_where_the_last_versions_asked_all_fall(
+    version: int, asked: list[int], browsed: bool
+) -> None:
+    """A window of anchors costs about eight requests' time: laid for the first past version,
+    then only once the last four asked are all within the window of the new one."""
+    from strata.ui.timeline import ANCHOR_EVERY, ANCHOR_WINDOW, browsing
+
+    assert browsing(version, asked, ANCHOR_WINDOW * ANCHOR_EVERY) is browsed
+
+
 @pytest.mark.parametrize("budget", [1 << 30, 400 << 10, 200 << 10])
 def test_the_survey_thins_its_points_to_the_budget_and_each_is_its_version(budget: int) -> None:
     """Points laid every 8 records over a 2,000-record trace, within budgets that hold all of

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
@@ -45,9 +45,12 @@ ANCHOR_EVERY = 1024  # records between anchors: a nearby version is at most this
 ANCHOR_WINDOW = 16  # anchors laid over the last ANCHOR_WINDOW * ANCHOR_EVERY records before a version asked for
 COARSE = 8  # every COARSE-th point of the grid gets an anchor over a whole fold (the window: every one)
 ASKED_KEPT = 4  # past versions asked for lately: BROWSED near a new one mean the user is browsing there
-# (with one, a version drawn at random over 1.7M records fell within 16,384 of one of the last
-# four about 1 time in 13, and paid about 1 s for a window)
-BROWSED = 2
+# A window costs about 650 ms at 150,000 pods (a fold of some 17,000 records and 16 forks), eight
+# times a version reached without one. With two of the last four near, versions drawn 20,000 to
+# 120,000 records apart laid one about one request in four (the bench's far versions: p99 600-740
+# ms); with all four near, none in 60 (at most 148 ms), while a user who stays in one stretch has
+# it from the fourth version asked there on.
+BROWSED = 4
 CURSORS_KEPT = 2  # states left where a past fold stopped (off the anchor grid), to fold on from
 CHUNK = 1024  # records read from the broker at once for a past fold, and kept (decoded) for the next one
 CHUNKS_KEPT = 48  # about 1 MB each at 5,000 nodes / 150,000 pods: versions near each other reread nothing
@@ -93,6 +96,16 @@ class TimelineStats:
     restores: int
     survey: SurveyStats
     lineages: list[int] = field(default_factory=list)
+
+
+def browsing(version: int, asked: Iterable[int], window: int) -> bool:
+    """Whether the versions asked next are likely near ``version``, given the past versions
+    ``asked`` lately: it is the first one (where the user lands with the slider), or BROWSED of
+    them are within ``window`` of it (a pattern, not one version that happens to fall near
+    another). Only then is a window of anchors worth its forks; a version drawn anywhere pays
+    none."""
+    asked = list(asked)
+    return not asked or sum(abs(version - a) <= window for a in asked) >= BROWSED
 
 
 class Timeline:
@@ -300,12 +313,7 @@ class Timeline:
             return item.value
 
     def _browsing(self, version: int) -> bool:
-        """Whether the versions asked next are likely near ``version``: it is the first past
-        version asked (where the user lands with the slider), or near BROWSED of those asked
-        lately (a pattern, not one version that happens to fall near another). Only then is a
-        window of anchors worth its forks; a version drawn anywhere pays none."""
-        window = ANCHOR_WINDOW * self.anchor_every
-        return not self._asked or sum(abs(version - asked) <= window for asked in self._asked) >= BROWSED
+        return browsing(version, self._asked, ANCHOR_WINDOW * self.anchor_every)
 
     def _start_for(self, version: int, browsing: bool) -> tuple[CacheState, int]:
         """The cheapest state at or below ``version`` to fold forward from, as one of our own;
