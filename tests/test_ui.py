@@ -487,6 +487,49 @@ def test_a_window_is_laid_only_where_the_last_versions_asked_all_fall(
     assert browsing(version, asked, ANCHOR_WINDOW * ANCHOR_EVERY) is browsed
 
 
+@KAFKA
+def test_a_browsed_versions_window_is_laid_after_its_answer(server: Server, tmp_path: Path) -> None:
+    """The first past version asked is answered from the survey without a window; the window's
+    anchors are laid after, in the background, and the versions in it then fold from them (no
+    restore) to what a fold from the start gives. Without the background laying the anchors
+    never come: the check can tell."""
+    from strata.log.cachelog import CacheLogReader
+    from strata.projector.runner import LogRunner
+    from strata.projector.sqlstore import SqlCheckpointStore
+    from strata.projector.state import FoldConfig
+    from strata.ui.timeline import Timeline
+
+    settings = server.settings.with_(db_url=f"sqlite:///{tmp_path / 'window.db'}")
+    runner = LogRunner(settings, SqlCheckpointStore(settings.checkpoint_url), FoldConfig())
+    end = server.end_of_sample
+    runner.checkpoint(runner.state_at(end))  # the live state starts at the end: the survey covers the rest
+    straight = CacheState()
+    expected = {0: straight.snapshot().canonical_bytes()}
+    for entry in CacheLogReader(settings).read(0, end):
+        straight.apply_at(entry.offset, entry.record)
+        expected[straight.version] = straight.snapshot().canonical_bytes()
+    timeline = Timeline(runner, None, budget_bytes=1 << 20, anchor_every=1, chunk=5, survey_every=8)
+    stop = threading.Event()
+    timeline.start(stop)
+    try:
+        timeline.wait_ready()
+        deadline = time.monotonic() + 60
+        while not timeline.stats().survey.done and time.monotonic() < deadline:
+            time.sleep(0.05)
+        asked = end - 1
+        before = timeline.stats().anchors
+        assert timeline.snapshot(asked).canonical_bytes() == expected[asked]
+        deadline = time.monotonic() + 30
+        while timeline.stats().anchors < before + 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert timeline.stats().anchors >= before + 8, (before, timeline.stats())
+        for v in range(asked - 8, asked):
+            assert timeline.snapshot(v).canonical_bytes() == expected[v], v
+        assert timeline.stats().restores == 0
+    finally:
+        stop.set()
+
+
 @pytest.mark.parametrize("budget", [1 << 30, 400 << 10, 200 << 10])
 def test_the_survey_thins_its_points_to_the_budget_and_each_is_its_version(budget: int) -> None:
     """Points laid every 8 records over a 2,000-record trace, within budgets that hold all of

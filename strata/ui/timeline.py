@@ -146,6 +146,8 @@ class Timeline:
         self._tails: OrderedDict[int, frozenset[str]] = OrderedDict()
         self._live_from_grid = False  # whether the live fold has passed a grid point since its restore
         self._asked: deque[int] = deque(maxlen=ASKED_KEPT)  # the past versions asked for lately
+        self._layer: threading.Thread | None = None  # laying a window in the background
+        self._lay_next: int | None = None  # the version whose window it lays next
         # one reader for every past fold: it asks the brokers whether the log exists once (55 ms)
         self._reader = CacheLogReader(runner.settings)
 
@@ -293,15 +295,20 @@ class Timeline:
                 return hit
             browsing = self._browsing(version)
             self._asked.append(version)
-            state, lineage = self._start_for(version, browsing)
-            self._fold(state, version, lineage, browsing)
+            # A window to lay from the survey is laid after the answer, in the background: it
+            # costs about eight answers' time
+            later = browsing and self._window_from(version) is not None
+            state, lineage = self._start_for(version)
+            self._fold(state, version, lineage, browsing and not later)
             snapshot = state.snapshot()
             # the next one may fold on from it; only the last few such cursors are kept
             self._remember(("a", version), _Item(lineage, state), evict=False)
             self._drop_cursors()
             self._remember(("s", version), _Item(lineage, snapshot))
             gc.freeze()
-            return snapshot
+        if later:
+            self._lay_later(version)
+        return snapshot
 
     def _cached(self, version: int) -> Snapshot | None:
         with self._changed:
@@ -315,20 +322,10 @@ class Timeline:
     def _browsing(self, version: int) -> bool:
         return browsing(version, self._asked, ANCHOR_WINDOW * self.anchor_every)
 
-    def _start_for(self, version: int, browsing: bool) -> tuple[CacheState, int]:
-        """The cheapest state at or below ``version`` to fold forward from, as one of our own;
-        when ``browsing`` and nothing is laid over the window before it, the survey's point
-        below the window, so that the fold lays the window's anchors for the versions asked
-        next (a fork of an anchor costs less than rebuilding a state from a survey key and its
-        deltas: 1 ms against 5-130 ms at 150,000 pods)."""
-        with self._changed:
-            below = [(v, item) for (kind, v), item in self._items.items() if kind == "a" and v <= version]
-        best = max(below, key=lambda pair: pair[0], default=None)
+    def _start_for(self, version: int) -> tuple[CacheState, int]:
+        """The cheapest state at or below ``version`` to fold forward from, as one of our own."""
+        best = self._best_anchor(version)
         surveyed = self.survey.below(version)
-        reach = version - ANCHOR_WINDOW * self.anchor_every
-        if browsing and surveyed is not None and (best is None or best[0] <= reach):
-            lower = self.survey.below(reach)
-            surveyed = surveyed if lower is None else lower
         checkpoint = self._newest_checkpoint(version)
         from_anchor = (version - best[0]) / FOLD_RATE if best is not None else float("inf")
         from_checkpoint = self._restore_seconds + (version - checkpoint) / FOLD_RATE
@@ -350,6 +347,78 @@ class Timeline:
                 self._items.pop(("a", anchor_version), None)  # a cursor moves on
             return item.value, item.lineage
         return self._restore(version)
+
+    def _best_anchor(self, version: int) -> tuple[int, _Item] | None:
+        with self._changed:
+            below = [(v, item) for (kind, v), item in self._items.items() if kind == "a" and v <= version]
+        return max(below, key=lambda pair: pair[0], default=None)
+
+    def _window_from(self, version: int) -> int | None:
+        """Where a fold that lays the window before ``version`` starts: the newest anchor of the
+        grid in the window, else the survey's point below the window; None when the window is
+        laid up to ``version``'s step of the grid, or nothing in reach could start it."""
+        reach = version - ANCHOR_WINDOW * self.anchor_every
+        with self._changed:
+            # (not at ``version``: the fold that answers it leaves a state there, a grid point or not)
+            laid = [v for kind, v in self._items if kind == "a" and v % self.anchor_every == 0 and reach < v < version]
+        if laid:
+            newest = max(laid)
+            return newest if version - newest > self.anchor_every else None
+        lower = self.survey.below(reach)
+        return lower if lower is not None else self.survey.below(version)
+
+    # ------------------------------------------------------------------- windows, later
+    def _lay_later(self, version: int) -> None:
+        """Have the window before ``version`` laid in the background (the newest such version
+        wins): one thread, a grid step at a time, only while no request is answered."""
+        with self._changed:
+            self._lay_next = version
+            if self._layer is None:
+                self._layer = threading.Thread(target=self._laying, name="ui-window", daemon=True)
+                self._layer.start()
+
+    def _laying(self) -> None:
+        version: int | None = None
+        try:
+            while True:
+                with self._changed:
+                    version, self._lay_next = self._lay_next, None
+                    if version is None:
+                        self._layer = None
+                        return
+                self._lay_window(version)
+        except Stopped:
+            pass
+        except Exception as exc:  # windows only save time: the versions asked still fold without them
+            LOG.warning("the UI could not lay anchors before version %s: %s", version, exc)
+            with self._changed:
+                self._layer = None
+
+    def _lay_window(self, version: int) -> None:
+        """Fold from where ``_window_from`` says to ``version``, laying the window's anchors, a
+        grid step under the past lock at a time: a request waits for at most one step (about
+        40 ms at 150,000 pods), never for the window. A restore of another lineage meanwhile
+        (which drops the anchors of all others but the live and the survey's) ends it."""
+        self._gate()
+        with self._past_lock:
+            start = self._window_from(version)
+            if start is None:  # laid meanwhile
+                return
+            with self._changed:
+                anchor = self._items.get(("a", start))
+            if anchor is not None and isinstance(anchor.value, CacheState):
+                state, lineage = fork(anchor.value), anchor.lineage
+            else:
+                state, lineage = self.survey.state_at(start), SURVEY
+        lay_from = version - ANCHOR_WINDOW * self.anchor_every
+        while state.version < version:
+            self._gate()
+            with self._past_lock:
+                if lineage not in (LIVE, SURVEY, self._lineage):
+                    return
+                grid = state.version - state.version % self.anchor_every + self.anchor_every
+                self._fold(state, min(grid + 1, version), lineage, True, lay_from)
+        gc.freeze()
 
     def _newest_checkpoint(self, version: int) -> int:
         listed_at, versions = self._checkpoints
@@ -376,13 +445,14 @@ class Timeline:
                 del self._items[key]
             return state, self._lineage
 
-    def _fold(self, state: CacheState, version: int, lineage: int, browsing: bool) -> None:
+    def _fold(self, state: CacheState, version: int, lineage: int, browsing: bool, lay_from: int | None = None) -> None:
         """Fold ``state`` forward to ``version``, laying anchors on the grid over the window
-        before it if ``browsing`` (see ``_browsing``: a fork costs the shards the fold copies
-        after it, worth it only for the versions asked next), every
-        COARSE-th grid point in any case, and recording which tasks each stretch of the grid
-        wrote (``written``)."""
-        lay_from = version - ANCHOR_WINDOW * self.anchor_every
+        before it (from ``lay_from``: a window folded a step at a time names its own) if
+        ``browsing`` (see ``_browsing``: a fork costs the shards the fold copies after it, worth
+        it only for the versions asked next), every COARSE-th grid point in any case, and
+        recording which tasks each stretch of the grid wrote (``written``)."""
+        if lay_from is None:
+            lay_from = version - ANCHOR_WINDOW * self.anchor_every
         forget_changes(state)
         segment = self._tail(state.version)  # task uids written since the grid point before, None: unknown
         for item in self._entries(state.version, version, keep_from=lay_from):
