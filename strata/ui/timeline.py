@@ -10,10 +10,10 @@ history never stops at the moment the UI started.
 A past version is computed, never by refolding the log from its start: from the nearest state
 at or below it, an anchor (``states.fork``, laid every ``anchor_every`` records over a window
 before the versions the user browses, in the background after the answer, and by the survey over
-the whole history: ``survey``) or a checkpoint, whichever costs less to fold forward from. The snapshots and anchors are kept in one LRU bounded by the
-bytes of their own dict structure (``states.own_bytes``); restored lineages other than the
-newest are dropped whole, since their objects (a restore's 450 MB at 150,000 pods) are not
-shared with anything else.
+the whole history: ``survey``) or a checkpoint, whichever costs less to fold forward from. The
+snapshots and anchors are kept in one LRU bounded by the bytes of their own dict structure
+(``states.own_bytes``); restored lineages other than the newest are dropped whole, since their
+objects (a restore's 450 MB at 150,000 pods) are not shared with anything else.
 """
 
 from __future__ import annotations
