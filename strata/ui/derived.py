@@ -104,13 +104,14 @@ class Figures:
                 n = groups.get(key)
                 if n is None:
                     groups[key] = 1
-                    requests[key[2]] = resreq
+                    requests[id(resreq)] = resreq
                 else:
                     groups[key] = n + 1
+        jobs = _job_figures(groups, requests, statuses)  # counts the jobs' tasks into statuses
         return cls(
             snapshot.version,
             snapshot.tasks,
-            _job_figures(groups, requests, statuses),
+            jobs,
             tuple(statuses),
             {job: frozenset(uids) for job, uids in by_job.items()},
             {node: frozenset(uids) for node, uids in by_node.items()},

@@ -293,13 +293,13 @@ class Timeline:
             hit = self._cached(version)
             if hit is not None:
                 return hit
-            browsing = self._browsing(version)
+            browsed = self._browsing(version)
             self._asked.append(version)
             # A window to lay from the survey is laid after the answer, in the background: it
             # costs about eight answers' time
-            later = browsing and self._window_from(version) is not None
+            later = browsed and self._window_from(version) is not None
             state, lineage = self._start_for(version)
-            self._fold(state, version, lineage, browsing and not later)
+            self._fold(state, version, lineage, browsed and not later)
             snapshot = state.snapshot()
             # the next one may fold on from it; only the last few such cursors are kept
             self._remember(("a", version), _Item(lineage, state), evict=False)
