@@ -45,6 +45,14 @@ MODULUS = 1 << 256
 # about 0.3 s, since fewer change twice within a slice.)
 SETTLE_EVERY = 64
 SETTLE_BUDGET = 256
+# A follower that reports defers its slices while the changed objects waiting are no more than
+# DEFER_PER_VERSION per version left before the next report: an object changed again meanwhile
+# is then hashed once, not once per slice it changed in. Over the 5k/150k history (reports every
+# 50,000 versions) that hashes 640,694 objects instead of 1,549,582; at most 18,251 wait at once,
+# and no report found more than a slice to hash. Slices then clear SETTLE_BUDGET / SETTLE_EVERY
+# objects a version, so any steady rate of change below that less this one still reaches each
+# report settled.
+DEFER_PER_VERSION = 1
 _GONE: Any = object()  # what a map's ``get`` gives for a key it no longer holds (None is a value)
 
 
@@ -106,10 +114,15 @@ class StateDigest:
         return self.pending(state) <= SETTLE_BUDGET
 
     def tend(self, state: CacheState, report_in: int | None = None) -> None:
-        """Call after each record a follower applies: settles a slice now and then, and each
-        time while the next report is ``report_in`` versions away or fewer than a slice's, so that
-        the report finds only the last few records' changes to hash, not up to SETTLE_EVERY's."""
-        if state.version % SETTLE_EVERY == 0 or (report_in is not None and report_in <= SETTLE_EVERY):
+        """Call after each record a follower applies: settles a slice every SETTLE_EVERY
+        versions (with a report ``report_in`` versions away, only once more objects wait than
+        DEFER_PER_VERSION allows), and each time while the next report is no farther than a
+        slice's versions, so that the report finds only the last few records' changes to hash."""
+        if report_in is not None and report_in <= SETTLE_EVERY:
+            self.settle(state, SETTLE_BUDGET)
+        elif state.version % SETTLE_EVERY == 0 and (
+            report_in is None or self.pending(state) > report_in * DEFER_PER_VERSION
+        ):
             self.settle(state, SETTLE_BUDGET)
 
     def hexdigest(self, state: CacheState) -> str:

@@ -19,7 +19,7 @@ from strata.projector import statecodec
 from strata.projector.replay import fold_line, replay_bytes
 from strata.projector.snapshot import canonical_bytes
 from strata.projector.state import CacheState, FoldConfig
-from strata.projector.statedigest import SETTLE_BUDGET, SETTLE_EVERY
+from strata.projector.statedigest import DEFER_PER_VERSION, SETTLE_BUDGET, SETTLE_EVERY
 
 CONFORMANCE = Path(__file__).with_name("conformance")
 TRACES = sorted(CONFORMANCE.glob("*.jsonl"))
@@ -158,6 +158,42 @@ def test_a_report_near_has_every_tend_settle_so_the_report_finds_little():
     assert state.hashes.pending(state) == pending
     state.hashes.tend(state, report_in=SETTLE_EVERY)
     assert state.hashes.pending(state) == 0
+
+
+def test_a_reporting_follower_defers_its_slices_until_the_changes_outnumber_the_versions_left():
+    lines = [line for _, line in split_lines((CONFORMANCE / "c06.jsonl").read_bytes())]
+    state = CacheState()
+    for line in lines[: 3 * SETTLE_EVERY]:
+        fold_line(state, line)
+    while state.version % SETTLE_EVERY:
+        state.informational()
+    pending = state.hashes.pending(state)
+    near = SETTLE_EVERY + 1  # not yet the last slice's versions before the report
+    assert pending > near * DEFER_PER_VERSION
+    state.hashes.tend(state, report_in=pending // DEFER_PER_VERSION)  # as many as allowed wait: deferred
+    assert state.hashes.pending(state) == pending
+    state.hashes.tend(state, report_in=near)  # more wait than allowed: a slice
+    assert state.hashes.pending(state) == max(0, pending - SETTLE_BUDGET)
+    state.hashes.tend(state)  # no reporter: a slice at every SETTLE_EVERY-th version, as before
+    assert state.hashes.pending(state) == max(0, pending - 2 * SETTLE_BUDGET)
+
+
+def test_a_deferring_followers_reports_are_settled_and_equal_a_replay():
+    """Every report of a follower that tends with its reporter's distance is ready and is the
+    digest of a fold of the same prefix settled at once."""
+    lines = [line for _, line in split_lines((CONFORMANCE / "c06.jsonl").read_bytes())]
+    every = 500
+    state = CacheState()
+    reports = 0
+    for line in lines:
+        fold_line(state, line)
+        state.hashes.tend(state, -state.version % every)
+        if state.version % every == 0:
+            assert state.hashes.ready(state), state.version
+            want = replay_bytes(b"\n".join(lines[: state.version]))[0].state_digest()
+            assert state.state_digest() == want, state.version
+            reports += 1
+    assert reports >= 4
 
 
 @pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
