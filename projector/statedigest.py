@@ -118,11 +118,11 @@ class StateDigest:
         versions (with a report ``report_in`` versions away, only once more objects wait than
         DEFER_PER_VERSION allows), and each time while the next report is no farther than a
         slice's versions, so that the report finds only the last few records' changes to hash."""
-        if report_in is not None and report_in <= SETTLE_EVERY:
-            self.settle(state, SETTLE_BUDGET)
-        elif state.version % SETTLE_EVERY == 0 and (
+        report_near = report_in is not None and report_in <= SETTLE_EVERY
+        slice_due = state.version % SETTLE_EVERY == 0 and (
             report_in is None or self.pending(state) > report_in * DEFER_PER_VERSION
-        ):
+        )
+        if report_near or slice_due:
             self.settle(state, SETTLE_BUDGET)
 
     def hexdigest(self, state: CacheState) -> str:
