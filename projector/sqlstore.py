@@ -20,6 +20,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Engine,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -73,8 +74,12 @@ class Base(DeclarativeBase):
 class CheckpointRow(Base):
     __tablename__ = "checkpoints"
     # The unique constraint's index (topic, cluster_id, fold, version) is also the index of the
-    # latest-lookups: equality on the first three columns, then a backward scan on version.
-    __table_args__ = (UniqueConstraint("topic", "cluster_id", "fold", "version"),)
+    # latest-lookups: equality on the first three columns, then a backward scan on version. The
+    # listing's index covers what ``list`` reads, which the rows keep after the state's blob.
+    __table_args__ = (
+        UniqueConstraint("topic", "cluster_id", "fold", "version"),
+        Index("ix_checkpoints_listed", "topic", "cluster_id", "fold", "version", "digest", "size", "created_at"),
+    )
 
     # SQLite autoincrements only an INTEGER PRIMARY KEY (the rowid)
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True)
@@ -162,7 +167,7 @@ def alembic_config(connection: Connection | None = None) -> Config:
 # The newest migration's revision (tests/test_checkpoints.py checks it is Alembic's head): a
 # database already there is opened without loading Alembic and its scripts, a third of a short
 # command's time (`strata history`).
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 
 
 def _at_head(engine: Engine) -> bool:

@@ -98,6 +98,23 @@ def test_migrations_create_the_schema_on_an_empty_database_and_are_idempotent(
         engine.dispose()
 
 
+def test_sqlite_lists_checkpoints_from_an_index_without_reading_their_states(tmp_path: Path) -> None:
+    """``list`` reads columns a row keeps after the state's blob: without a covering index
+    SQLite reads every checkpoint's whole blob to reach them (8 ms for six of 18 MB)."""
+    path = tmp_path / "strata.db"
+    SqlCheckpointStore(f"sqlite:///{path}").close()
+    with sqlite3.connect(path) as conn:
+        plan = " ".join(
+            row[-1]
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT version, digest, size, created_at FROM checkpoints "
+                "WHERE topic = ? AND cluster_id = ? AND fold = ? ORDER BY version",
+                ("t", "c", "f"),
+            )
+        )
+    assert "COVERING INDEX ix_checkpoints_listed" in plan, plan
+
+
 WRITERS, PER_WRITER = 2, 25
 
 
