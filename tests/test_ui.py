@@ -39,7 +39,7 @@ from strata.projector.state import CacheState
 from strata.schemas import Digest, encode
 from strata.ui import views
 from strata.ui.charts import step_chart
-from strata.ui.derived import Figures, FiguresCache
+from strata.ui.derived import Figures, FiguresCache, TaskIndex
 from strata.ui.security import CSP
 from strata.ui.states import fork
 
@@ -88,13 +88,14 @@ def test_a_fork_folds_on_exactly_like_its_original(trace: Path) -> None:
 
 
 def _figures_equal(a: Figures, b: Figures) -> bool:
-    return a.jobs == b.jobs and a.statuses == b.statuses and a.by_job == b.by_job and a.by_node == b.by_node
+    return a.jobs == b.jobs and a.statuses == b.statuses and a.index() == b.index()
 
 
 @pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
 def test_figures_advanced_version_by_version_equal_figures_counted_anew(trace: Path) -> None:
     state = CacheState()
     figures = Figures.of(state.snapshot())
+    figures.index()  # built once: every advance carries it along
     lines = _lines(trace)
     every = max(1, len(lines) // 200)  # counted anew at 200 versions: a long trace's every one is quadratic
     for line in lines:
@@ -106,6 +107,20 @@ def test_figures_advanced_version_by_version_equal_figures_counted_anew(trace: P
             anew = Figures.of(snapshot)
             assert _figures_equal(figures, anew), (trace.name, state.version)
             assert shown == views.queues(snapshot, anew), (trace.name, state.version)
+
+
+def test_figures_carry_a_task_index_only_from_figures_that_have_one() -> None:
+    """Counting anew leaves the index out (it would double the count's time); one built is
+    carried to the figures advanced from it, moved by the tasks that differ."""
+    lines = _lines(SAMPLE)
+    early, _ = replay_bytes(b"\n".join(lines[:13]))
+    late, _ = replay_bytes(b"\n".join(lines))
+    plain = Figures.of(early.snapshot())
+    assert plain.kept_index() is None
+    assert plain.advance(late.snapshot()).kept_index() is None
+    plain.index()
+    carried = plain.advance(late.snapshot()).kept_index()
+    assert carried is not None and carried == TaskIndex.of(late.snapshot().tasks)
 
 
 def test_the_figures_check_sees_a_wrong_base() -> None:
@@ -125,15 +140,15 @@ def test_job_and_node_entries_have_the_canonical_snapshots_shape(trace: Path) ->
         state, _ = replay_bytes(b"\n".join(lines[:cut]))
         snapshot = state.snapshot()
         canonical = snapshot.to_json()
-        figures = Figures.of(snapshot)
+        index = Figures.of(snapshot).index()
         for key, _pg in snapshot.podgroups.items():
             entry = views.job_entry(snapshot, key, views.tasks_where(snapshot, job=key))
             assert entry == canonical["jobs"].get(key), (trace.name, key)
-            assert views.tasks_among(snapshot, figures.by_job.get(key, ())) == views.tasks_where(snapshot, job=key)
+            assert views.tasks_among(snapshot, index.by_job.get(key, ())) == views.tasks_where(snapshot, job=key)
         for name, _node in snapshot.nodes.items():
             entry = views.node_entry(snapshot, name, views.tasks_where(snapshot, node=name))
             assert entry == canonical["nodes"][name], (trace.name, name)
-            assert views.tasks_among(snapshot, figures.by_node.get(name, ())) == views.tasks_where(snapshot, node=name)
+            assert views.tasks_among(snapshot, index.by_node.get(name, ())) == views.tasks_where(snapshot, node=name)
 
 
 def test_a_step_chart_goes_through_every_point_and_marks_the_version() -> None:

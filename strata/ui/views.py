@@ -222,7 +222,7 @@ def job_table(snapshot: Snapshot, figures: Figures, f: JobFilter) -> dict[str, A
             phase = pg.phase or ""
             phases[phase] = phases.get(phase, 0) + 1
             every.append((key, pg, snapshot.job_queue(pg), phase))
-        every.sort(key=lambda m: m[0])
+        every.sort()  # by key: keys are unique, so no comparison reaches the PodGroups
         figures.memo["jobs"] = (every, dict(sorted(phases.items())))
     every, phases = figures.memo["jobs"]
     matching = [(key, pg, queue) for key, pg, queue, phase in every if f.keeps(key, queue, phase)]
