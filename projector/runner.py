@@ -43,9 +43,10 @@ LOG = logging.getLogger("strata.projector")
 # A follower looks at its writer (a waitpid) and at what falls due every TEND_EVERY records, not
 # after each one: per record that bookkeeping cost about a tenth of the fold (a system call while
 # the writer child runs, the clocks, the checks). A checkpoint or batch then starts at most
-# TEND_EVERY - 1 records later. The digest's slices and reports keep their exact versions
-# (SETTLE_EVERY and every digest interval are checked per record). A follower that checkpoints
-# more often than CHECK_ALWAYS_BELOW records (tests, demos) still checks after each record.
+# TEND_EVERY - 1 records later. The digest's slices and reports keep their exact versions (the
+# next version either falls due at is computed ahead, ``_Following.due_at``: the records before
+# it cost the loop one comparison). A follower that checkpoints more often than
+# CHECK_ALWAYS_BELOW records (tests, demos) still checks after each record.
 TEND_EVERY = 64
 CHECK_ALWAYS_BELOW = 100 * TEND_EVERY
 # A checkpoint costs the writer seconds of CPU (render, encode, store) on a machine whose other
@@ -217,12 +218,15 @@ class LogRunner:
 
         def watched(offset: int, msg: Message, kind: str, op: str, raw: bytes) -> None:
             run.apply_watch(offset, msg, kind, op, raw)
-            between(False)
+            if state.version >= run.due_at:
+                between(False)
 
         def entered(entry: LogEntry | None) -> None:
             nonlocal idle_at
             if entry is not None:
                 run.apply(entry)
+                if state.version < run.due_at:
+                    return
             elif idle_at != state.version:
                 idle_at = state.version
                 LOG.info("idle at version %d", state.version)
@@ -343,6 +347,7 @@ class _Following:
         self.every_records = every_records
         self.every_seconds = every_seconds
         self.tend_mask = TEND_EVERY - 1 if every_records >= CHECK_ALWAYS_BELOW else 0
+        self.due_at = self._next_due(state.version)  # the loop skips the bookkeeping before this version
         self.release = release  # what the fold lets go of (the feed's frames too), a few parts a pause
         self.writer = Writer(runner.store, runner.identity, audit_index, self.release)
         self.restored = state.version
@@ -383,10 +388,21 @@ class _Following:
         FOLLOWING.applied_watch(offset, stamp, op, kind)
         self.progress.version = state.version
 
+    def _next_due(self, version: int) -> int:
+        """The first version after ``version`` at which ``tend`` has anything to do (the next
+        multiple of TEND_EVERY or SETTLE_EVERY, or the next digest report): the loop calls it
+        only then, or when the log is idle, so the records between cost no call, no clock."""
+        if not self.tend_mask:
+            return version + 1
+        due = min(version - version % every + every for every in (TEND_EVERY, SETTLE_EVERY))
+        until = self.digests.until_due(version + 1) if self.digests is not None else None
+        return due if until is None else min(due, version + 1 + until)
+
     def tend(self, now: float, idle: bool) -> None:
         """The bookkeeping between records, each step timed as a pause of the fold: collect a
         finished checkpoint, hand over a due one, feed the audit's writer, keep the digest settled."""
         version = self.state.version
+        self.due_at = self._next_due(version)
         if (
             version & self.tend_mask
             and not idle

@@ -1,16 +1,20 @@
-"""A pause of the fold, step by step: what a long one is logged with."""
+"""A pause of the fold, step by step: what a long one is logged with, and when the loop calls for one."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+import pytest
+
+from strata.digests import DigestReporter
 from strata.log.config import settings_from
 from strata.projector.release import Release
 from strata.projector.replay import replay_file
-from strata.projector.runner import LogRunner, Progress, _Following, _Pause
+from strata.projector.runner import CHECK_ALWAYS_BELOW, TEND_EVERY, LogRunner, Progress, _Following, _Pause
 from strata.projector.sqlstore import SqlCheckpointStore
 from strata.projector.state import FoldConfig
+from strata.projector.statedigest import SETTLE_EVERY
 from tests.contracts import LOG
 from tests.test_writer import TRACE
 
@@ -47,3 +51,30 @@ def test_a_pause_that_forks_a_checkpoint_leaves_the_freeing_to_the_next(tmp_path
     run.requested = state.version  # nothing due: an ordinary pause frees its parts
     run.tend(time.monotonic(), idle=True)
     assert not run.writer.busy and len(release) == 0
+
+
+@pytest.mark.parametrize(
+    ("every_records", "digest_every"),
+    [(CHECK_ALWAYS_BELOW, 1000), (CHECK_ALWAYS_BELOW, 50_000), (CHECK_ALWAYS_BELOW, 0), (1, 1000)],
+)
+def test_the_loop_calls_the_bookkeeping_at_every_version_it_has_work_and_no_other(
+    tmp_path: Path, every_records: int, digest_every: int
+) -> None:
+    """``due_at`` spares the records between two pauses the call and the clocks: it must still
+    name every version at which ``tend`` acts (a multiple of TEND_EVERY or SETTLE_EVERY, a digest
+    report; every version for a follower that checkpoints often), and only those."""
+    state, _ = replay_file(TRACE)
+    settings = settings_from().with_(digest_every=digest_every)
+    runner = LogRunner(settings, SqlCheckpointStore(f"sqlite:///{tmp_path / 'cp.db'}"), FoldConfig())
+    runner._identity = LOG
+    digests = DigestReporter(settings, "r1", "f")  # its publisher connects only when it sends
+    run = _Following(runner, state, None, None, digests, Progress(0, 0), every_records, 3600.0, Release())
+    due, called, acts = run._next_due(0), [], []
+    for version in range(1, 120_000):
+        if version >= due:
+            called.append(version)
+            due = run._next_due(version)
+        masked = every_records >= CHECK_ALWAYS_BELOW
+        if not masked or version % TEND_EVERY == 0 or version % SETTLE_EVERY == 0 or digests.due(version):
+            acts.append(version)
+    assert called == acts
