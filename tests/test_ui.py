@@ -580,6 +580,15 @@ def test_the_survey_thins_its_points_to_the_budget_and_each_is_its_version(budge
     written = survey.written(0, newest)
     assert written and survey.written(0, newest, most=len(written)) is None  # a union stops at most
     assert survey.written(0, newest, most=len(written) + 1) == written
+    # past the newest point, up to where the survey ended: the tasks it wrote there too
+    end = state.version
+    assert end > newest and survey.written(newest, end) is None  # not finished: unknown
+    survey.finish(state)
+    at_newest = survey.state_at(newest).tasks
+    changed = {uid for uid, task in state.tasks.items() if at_newest.get(uid) is not task}
+    changed |= set(at_newest.keys()) - set(state.tasks.keys())
+    assert changed and changed <= (survey.written(newest, end) or set()), (len(changed), stats)
+    assert survey.written(newest, end + 1) is None
     for v in kept[1 :: max(1, len(kept) // 4)]:
         on = survey.state_at(v)
         for line in lines[v:]:

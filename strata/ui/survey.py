@@ -67,6 +67,8 @@ class Survey:
         self._keys: dict[int, tuple[CacheState, tuple[list[tuple[int, int]], int]]] = {}
         self._deltas: dict[int, StateDelta] = {}  # point -> the change from the point ``step`` before
         self._carry: StateDelta | None = None  # a delta whose point a doubled step dropped, merged into the next
+        # the task uids written after the newest point, up to where the survey ended (``finish``)
+        self._end: tuple[int, frozenset[str]] | None = None
         self._bytes = 0
         self._delta_bytes = 0
         self.reached = 0  # the version the survey's fold has come to
@@ -101,13 +103,18 @@ class Survey:
 
     def written(self, a: int, b: int, most: int | None = None) -> set[str] | None:
         """A superset of the task uids written between versions ``a`` < ``b``, from the deltas
-        (None beyond the newest point, or once they are ``most`` or more)."""
+        and, past the newest point, what the survey wrote up to its end (None beyond that, or
+        once they are ``most`` or more)."""
         with self._lock:
             first = a - a % self.step + self.step
             last = b if b % self.step == 0 else b - b % self.step + self.step
-            if last > max(self._deltas, default=0):
-                return None
+            newest = max(self._deltas, default=0)
             out: set[str] = set()
+            if last > newest:
+                if self._end is None or b > self._end[0]:
+                    return None
+                out.update(self._end[1])
+                last = newest
             for point in range(first, last + 1, self.step):
                 out.update(self._deltas[point].writes.get("tasks", ()))
                 if most is not None and len(out) >= most:
@@ -159,6 +166,7 @@ class Survey:
         except StrataError as exc:  # the log's first records are gone (retention), or the broker is away
             LOG.warning("the UI's survey of the history stopped at version %d: %s", state.version, exc)
             return
+        self.finish(state)
         self.reached = end
         self.done = True
         LOG.info(
@@ -197,6 +205,17 @@ class Survey:
                 self._thin()
                 self._bytes = self._charged()
         gc.freeze()  # kept until thinned: the collector's full passes need not walk it
+
+    def finish(self, state: CacheState) -> None:
+        """Where the survey's fold ends (off the step, most often): keep which tasks it wrote
+        after the newest point, so that figures at the UI's first live version advance to the
+        versions below by them (a UI started on a log that does not move, an audit after the
+        fact, would otherwise count every past version's figures anew)."""
+        delta = take(state)
+        if self._carry is not None:
+            delta, self._carry = self._carry.then(delta), None
+        with self._lock:
+            self._end = (state.version, frozenset(delta.writes.get("tasks", ())))
 
     def _key(self, version: int) -> None:
         key = self._rebuilt(max(self._keys), version)
