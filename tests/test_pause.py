@@ -9,6 +9,7 @@ import pytest
 
 from strata.digests import DigestReporter
 from strata.log.config import settings_from
+from strata.projector.auditwriter import AuditFeed
 from strata.projector.release import Release
 from strata.projector.replay import replay_file
 from strata.projector.runner import CHECK_ALWAYS_BELOW, TEND_EVERY, LogRunner, Progress, _Following, _Pause
@@ -34,23 +35,31 @@ def test_a_pause_counts_its_steps_less_what_it_waited_for_the_audit_writer() -> 
     assert str(pause).startswith("collect ") and ", audit " in str(pause)
 
 
-def test_a_pause_that_forks_a_checkpoint_leaves_the_freeing_to_the_next(tmp_path: Path) -> None:
-    """A fork is its pause's long step: freeing parts then would copy every page it touches (the
-    child shares them), so the parts wait for the next pause."""
+def test_a_pause_that_forks_a_checkpoint_leaves_the_freeing_and_the_audit_to_the_next(tmp_path: Path) -> None:
+    """A fork is its pause's long step: freeing parts or feeding the audit's writer then would
+    copy every page they touch (the child shares them), so both wait for the next pause."""
     state, _ = replay_file(TRACE)
-    runner = LogRunner(settings_from(), SqlCheckpointStore(f"sqlite:///{tmp_path / 'cp.db'}"), FoldConfig())
+    url = f"sqlite:///{tmp_path / 'cp.db'}"
+    runner = LogRunner(settings_from(), SqlCheckpointStore(url), FoldConfig())
     runner._identity = LOG  # no broker: the log's identity is what its cluster id would give
     release = Release()
-    run = _Following(runner, state, None, None, None, Progress(state.version, state.version), 1, 3600.0, release)
-    run.requested = -1  # a checkpoint is due now
-    release.keep(object())
-    run.tend(time.monotonic(), idle=True)
-    assert run.writer.busy, "the pause forked a checkpoint's child"
-    assert len(release) == 1
-    run.writer.wait()
-    run.requested = state.version  # nothing due: an ordinary pause frees its parts
-    run.tend(time.monotonic(), idle=True)
-    assert not run.writer.busy and len(release) == 0
+    feed = AuditFeed(url, LOG, state.version, release)
+    pumped: list[int] = []
+    pump = feed.pump
+    feed.pump = lambda: (pumped.append(state.version), pump())[-1]  # type: ignore[method-assign]
+    try:
+        run = _Following(runner, state, feed, None, None, Progress(state.version, state.version), 1, 3600.0, release)
+        run.requested = -1  # a checkpoint is due now
+        release.keep(object())
+        run.tend(time.monotonic(), idle=True)
+        assert run.writer.busy, "the pause forked a checkpoint's child"
+        assert len(release) == 1 and pumped == []
+        run.writer.wait()
+        run.requested = state.version  # nothing due: an ordinary pause frees its parts and feeds the writer
+        run.tend(time.monotonic(), idle=True)
+        assert not run.writer.busy and len(release) == 0 and pumped == [state.version]
+    finally:
+        feed.close()
 
 
 @pytest.mark.parametrize(
