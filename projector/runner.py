@@ -400,16 +400,10 @@ class _Following:
 
     def tend(self, now: float, idle: bool) -> None:
         """The bookkeeping between records, each step timed as a pause of the fold: collect a
-        finished checkpoint, hand over a due one, feed the audit's writer, keep the digest settled."""
+        finished checkpoint, hand over a due one, feed the audit's writer, keep the digest settled.
+        The loop calls it at the versions ``due_at`` names (``_next_due``) and when the log is idle."""
         version = self.state.version
         self.due_at = self._next_due(version)
-        if (
-            version & self.tend_mask
-            and not idle
-            and version % SETTLE_EVERY
-            and (self.digests is None or not self.digests.due(version))
-        ):
-            return  # nothing here is due at this record (TEND_EVERY)
         pause = _Pause()
         state = self.state
         done = self.writer.collect()

@@ -79,11 +79,11 @@ def test_the_loop_calls_the_bookkeeping_at_every_version_it_has_work_and_no_othe
     digests = DigestReporter(settings, "r1", "f")  # its publisher connects only when it sends
     run = _Following(runner, state, None, None, digests, Progress(0, 0), every_records, 3600.0, Release())
     due, called, acts = run._next_due(0), [], []
+    masked = every_records >= CHECK_ALWAYS_BELOW
     for version in range(1, 120_000):
         if version >= due:
             called.append(version)
             due = run._next_due(version)
-        masked = every_records >= CHECK_ALWAYS_BELOW
         if not masked or version % TEND_EVERY == 0 or version % SETTLE_EVERY == 0 or digests.due(version):
             acts.append(version)
     assert called == acts
