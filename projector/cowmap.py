@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 K = TypeVar("K")
 V = TypeVar("V")
 SHARDS = 64
-_MASK = SHARDS - 1
+SHARD_MASK = SHARDS - 1  # a key's shard: hash(key) & SHARD_MASK
 
 
 class FrozenMap(Generic[K, V]):
@@ -32,13 +32,13 @@ class FrozenMap(Generic[K, V]):
         self._shards = shards
 
     def get(self, key: K, default: V | None = None) -> V | None:
-        return self._shards[hash(key) & _MASK].get(key, default)
+        return self._shards[hash(key) & SHARD_MASK].get(key, default)
 
     def __contains__(self, key: K) -> bool:
-        return key in self._shards[hash(key) & _MASK]
+        return key in self._shards[hash(key) & SHARD_MASK]
 
     def __getitem__(self, key: K) -> V:
-        return self._shards[hash(key) & _MASK][key]
+        return self._shards[hash(key) & SHARD_MASK][key]
 
     def __len__(self) -> int:
         return sum(map(len, self._shards))
@@ -70,7 +70,7 @@ class CowMap(FrozenMap[K, V]):
         self.changed: set[K] = set()  # keys set or popped since their last hashing
 
     def __setitem__(self, key: K, value: V) -> None:
-        i = hash(key) & _MASK
+        i = hash(key) & SHARD_MASK
         if not self._owned[i]:
             self._shards[i] = dict(self._shards[i])
             self._owned[i] = True
@@ -82,11 +82,11 @@ class CowMap(FrozenMap[K, V]):
         assert all(self._owned), "load() fills a map no snapshot shares"
         shards = self._shards
         for key, value in pairs:
-            shards[hash(key) & _MASK][key] = value
+            shards[hash(key) & SHARD_MASK][key] = value
         self.changed.update(k for shard in shards for k in shard)
 
     def pop(self, key: K, default: V | None = None) -> V | None:
-        i = hash(key) & _MASK
+        i = hash(key) & SHARD_MASK
         shard = self._shards[i]
         if key not in shard:
             return default
@@ -100,7 +100,7 @@ class CowMap(FrozenMap[K, V]):
         """``self[k] = v`` for each pair, ``pop(k)`` where v is ``gone``: a delta written at once."""
         shards, owned = self._shards, self._owned
         for key, value in changes.items():
-            i = hash(key) & _MASK
+            i = hash(key) & SHARD_MASK
             if not owned[i]:
                 shards[i] = dict(shards[i])
                 owned[i] = True
