@@ -37,11 +37,12 @@ from strata.projector.replay import fold_line, replay_bytes
 from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState
 from strata.schemas import Digest, encode
-from strata.ui import views
+from strata.ui import derived, views
 from strata.ui.charts import step_chart
 from strata.ui.derived import Figures, FiguresCache, TaskIndex
 from strata.ui.security import CSP
 from strata.ui.states import fork
+from strata.ui.survey import Survey
 
 REPO = Path(__file__).resolve().parent.parent
 CONFORMANCE = REPO / "tests" / "conformance"
@@ -121,6 +122,28 @@ def test_figures_carry_a_task_index_only_from_figures_that_have_one() -> None:
     plain.index()
     carried = plain.advance(late.snapshot()).kept_index()
     assert carried is not None and carried == TaskIndex.of(late.snapshot().tasks)
+
+
+@pytest.mark.parametrize("reach", [derived.INDEXED_REACH, 0])
+def test_figures_that_carry_a_task_index_go_before_a_nearer_landmark(
+    reach: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Near browsing keeps its task index when a survey key lies nearer than the figures that
+    carry one (and, as the control, loses it with no reach for them)."""
+    monkeypatch.setattr(derived, "INDEXED_REACH", reach)
+    lines = _lines(SAMPLE)
+    snapshots = [replay_bytes(b"\n".join(lines[:cut]))[0].snapshot() for cut in (12, 20, 21)]
+    uids = {uid for snapshot in snapshots for uid, _task in snapshot.tasks.items()}
+
+    def written(a: int, b: int, most: int | None = None) -> set[str]:
+        return uids  # a superset of what any stretch wrote
+
+    landmark = Figures.of(snapshots[1])
+    cache = FiguresCache(landmarks=lambda version: [landmark])
+    cache.of(snapshots[0]).index()  # kept, with an index, further off than the landmark
+    found = cache.near(snapshots[2], written, most=len(uids) + 1)
+    assert found is not None and (found.kept_index() is not None) == (reach > 0)
+    assert _figures_equal(found, Figures.of(snapshots[2]))  # (which builds an index if none)
 
 
 def test_the_figures_check_sees_a_wrong_base() -> None:
@@ -594,6 +617,45 @@ def test_the_survey_thins_its_points_to_the_budget_and_each_is_its_version(budge
         for line in lines[v:]:
             fold_line(on, line)
         assert on.snapshot().canonical_bytes() == final, v
+    _check_the_keys_figures(survey, budget)
+
+
+def _check_the_keys_figures(survey: Survey, budget: int) -> None:
+    """Each key's figures, advanced from the key before's, equal those counted anew, and stay
+    within the budget; a far version's figures advance from the nearest key's (nothing kept
+    near it) and equal those counted anew."""
+    survey.count_keys()
+    keys = [v for v in survey.versions() if v % survey.spacing == 0]  # where keys sit
+    counted = [v for v in keys if any(f.version == v for f in survey.figures_near(v))]
+    assert survey.bytes() <= budget
+    if budget > 1 << 20:
+        assert counted == keys and len(keys) > 2, (counted, keys)
+    for v in counted:
+        figures = survey.figures_near(v)[0]
+        snapshot = survey.state_at(v).snapshot()
+        assert _figures_equal(figures, Figures.of(snapshot)), v
+        assert views.queues(snapshot, figures) == views.queues(snapshot, Figures.of(snapshot)), v
+    if len(counted) > 1:
+        far = counted[1] + survey.step * 3 + 1
+        if far < survey.versions()[-1]:
+            snapshot = survey.state_at(far - far % survey.step).snapshot()
+            cache = FiguresCache(landmarks=survey.figures_near)
+            found = cache.near(snapshot, survey.written, most=len(snapshot.tasks) + 1)
+            assert found is not None and found.memo["base"][0] in survey.figures_near(snapshot.version)
+            assert _figures_equal(found, Figures.of(snapshot))
+
+
+def test_the_keys_figures_check_sees_figures_advanced_by_too_few_tasks() -> None:
+    """The control: keys' figures advanced by no written tasks at all differ from those counted."""
+    state, survey = CacheState(), Survey(budget_bytes=1 << 30, every=8)
+    survey.begin(state)
+    for line in _lines(CONFORMANCE / "c05.jsonl"):
+        fold_line(state, line)
+        survey.lay(state)
+    survey.finish(state)
+    survey.written = lambda a, b, most=None: set()  # type: ignore[method-assign]
+    with pytest.raises(AssertionError):
+        _check_the_keys_figures(survey, 1 << 30)
 
 
 @KAFKA

@@ -53,7 +53,7 @@ class Source:
         self.index = index
         self.timeline = timeline
         self.clock = Clock(index, runner.identity)
-        self.figures = FiguresCache()
+        self.figures = FiguresCache(landmarks=timeline.survey.figures_near)
         self.digests = DigestBook(settings)
         self._heat_rows: views.HeatRows = {}
         self._whys: OrderedDict[tuple[int, str, str, str], dict[str, Any]] = OrderedDict()

@@ -14,6 +14,12 @@ every other key goes: a delta costs about a thirtieth of a record's fold per rec
 and once keys are ``KEY_RATIO`` steps apart the step doubles (pairs of deltas merged): the
 points kept are as many as fit, evenly spread, whatever the history's length.
 
+Once folded, the survey counts each key's figures (``derived.Figures``: tasks by status and sums
+per job and queue), the first anew and each next one advanced from the one before: a version far
+from every figures the pages keep then advances from its nearest key's by the tasks written in
+between (20-55 ms at 150,000 pods, 16,384 to 131,072 records away) instead of a count of every
+task (110-230 ms).
+
 The survey gives way to requests: the interpreter is one, and a fold beside a request would
 double the request's time. It waits while any is being answered.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +39,7 @@ from strata.projector.runner import LogRunner
 from strata.projector.state import CacheState
 from strata.projector.statedelta import StateDelta, apply, take, track
 from strata.schemas import LogRecord
+from strata.ui.derived import Figures, queue_figures
 from strata.ui.states import charge, forget_changes, fork, parts
 
 LOG = logging.getLogger("strata.ui")
@@ -39,6 +47,7 @@ SURVEY_EVERY = 1024  # the closest step between points: a fold of this many reco
 KEYS_EVERY = 8  # steps between keys at first
 KEY_RATIO = 128  # keys thin out until they are this many steps apart; then the step doubles
 GATE_EVERY = 1024  # records between two looks at the requests being answered (and at stop)
+JOB_FIGURES_BYTES = 700  # a job's figures (the object, its counts, two small sums), charged to the budget
 
 
 @dataclass(frozen=True)
@@ -69,8 +78,10 @@ class Survey:
         self._carry: StateDelta | None = None  # a delta whose point a doubled step dropped, merged into the next
         # the task uids written after the newest point, up to where the survey ended (``finish``)
         self._end: tuple[int, frozenset[str]] | None = None
+        self._figures: dict[int, Figures] = {}  # key -> its figures (``count_keys``)
         self._bytes = 0
         self._delta_bytes = 0
+        self._figure_bytes = 0
         self.reached = 0  # the version the survey's fold has come to
         self.done = False
 
@@ -102,9 +113,10 @@ class Survey:
         return state
 
     def written(self, a: int, b: int, most: int | None = None) -> set[str] | None:
-        """A superset of the task uids written between versions ``a`` < ``b``, from the deltas
-        and, past the newest point, what the survey wrote up to its end (None beyond that, or
-        once they are ``most`` or more)."""
+        """A superset of the task uids written between versions ``a`` and ``b`` (either order),
+        from the deltas and, past the newest point, what the survey wrote up to its end (None
+        beyond that, or once they are ``most`` or more)."""
+        a, b = min(a, b), max(a, b)
         with self._lock:
             first = a - a % self.step + self.step
             last = b if b % self.step == 0 else b - b % self.step + self.step
@@ -120,6 +132,13 @@ class Survey:
                 if most is not None and len(out) >= most:
                     return None
             return out
+
+    def figures_near(self, version: int) -> list[Figures]:
+        """The figures counted at the keys just below and just above ``version``."""
+        with self._lock:
+            below = max((v for v in self._figures if v <= version), default=None)
+            above = min((v for v in self._figures if v > version), default=None)
+            return [self._figures[v] for v in (below, above) if v is not None]
 
     def versions(self) -> list[int]:
         with self._lock:
@@ -168,6 +187,10 @@ class Survey:
             return
         self.finish(state)
         self.reached = end
+        try:
+            self.count_keys(gate)
+        except Stopped:
+            return
         self.done = True
         LOG.info(
             "the UI's survey of the history: %d keys %d records apart, a point every %d records",
@@ -217,6 +240,29 @@ class Survey:
         with self._lock:
             self._end = (state.version, frozenset(delta.writes.get("tasks", ())))
 
+    def count_keys(self, gate: Callable[[], None] = lambda: None) -> None:
+        """Each key's figures and queue figures, in version order: the first counted, each next
+        advanced from the one before by the tasks written between them (a union of the deltas),
+        as long as they fit the budget beside the points (then the rest go without)."""
+        before: Figures | None = None
+        for version in sorted(self._keys):
+            gate()
+            with self._lock:  # taking a snapshot marks the key's shards shared, as a fork does
+                snapshot = self._keys[version][0].snapshot()
+            written = self.written(before.version, version) if before is not None else None
+            figures = before.advance(snapshot, written) if before is not None and written is not None else None
+            figures = figures or Figures.of(snapshot)
+            queue_figures(snapshot, figures)  # kept in its memo: a far version's advance from them too
+            size = sys.getsizeof(figures.jobs) + JOB_FIGURES_BYTES * _new_jobs(figures, before)
+            with self._lock:
+                if self._bytes + size > self.budget_bytes:
+                    LOG.info("the UI's survey keeps figures at %d of its %d keys", len(self._figures), len(self._keys))
+                    return
+                self._figures[version] = figures
+                self._figure_bytes += size
+                self._bytes = self._charged()
+            before = figures
+
     def _key(self, version: int) -> None:
         key = self._rebuilt(max(self._keys), version)
         forget_changes(key)
@@ -243,6 +289,16 @@ class Survey:
         self._delta_bytes = sum(d.nbytes() for d in merged.values())
 
     def _charged(self) -> int:
-        """The keys' dict structure, each counted once however many keys share it, and the deltas'."""
+        """The keys' dict structure, each counted once however many keys share it, the deltas'
+        and the keys' figures'."""
         shared: set[int] = set()
-        return self._delta_bytes + sum(charge(key_parts, shared) for _, key_parts in self._keys.values())
+        keys = sum(charge(key_parts, shared) for _, key_parts in self._keys.values())
+        return self._delta_bytes + self._figure_bytes + keys
+
+
+def _new_jobs(figures: Figures, before: Figures | None) -> int:
+    """How many of ``figures``' job figures are not shared with ``before``'s."""
+    if before is None:
+        return len(figures.jobs)
+    old = before.jobs
+    return sum(1 for job, f in figures.jobs.items() if old.get(job) is not f)
