@@ -620,6 +620,41 @@ def test_the_survey_thins_its_points_to_the_budget_and_each_is_its_version(budge
     _check_the_keys_figures(survey, budget)
 
 
+def test_a_survey_point_starts_from_a_state_of_any_lineage_nearer_than_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A point rebuilt from another lineage's state at an earlier point (a window's anchor, in
+    the timeline) writes only the deltas after it, and is the trace's fold to its version all
+    the same; a state at a version that is no point after the key is not taken."""
+    import strata.ui.survey as survey_module
+
+    lines = _lines(CONFORMANCE / "c05.jsonl")
+    state, survey = CacheState(), Survey(budget_bytes=1 << 30, every=8)
+    survey.begin(state)
+    expected: dict[int, bytes] = {}
+    for line in lines:
+        fold_line(state, line)
+        expected[state.version] = state.snapshot().canonical_bytes()
+        survey.lay(state)
+    written: list[int] = []
+    apply = survey_module.apply
+    monkeypatch.setattr(survey_module, "apply", lambda s, deltas: (written.append(len(deltas)), apply(s, deltas)))
+    spacing, step = survey.spacing, survey.step
+    checked = 0
+    for key in range(spacing, len(lines) - 2 * spacing, 3 * spacing):
+        point = key + spacing - step  # the furthest point from its key
+        for start in (key + step, point - step, point - 2 * step + 1):
+            other, _ = replay_bytes(b"\n".join(lines[:start]))  # its own lineage: no object shared
+            assert survey.starts(start, point) == (start % step == 0 and key < start), (start, point)
+            written.clear()
+            rebuilt = survey.state_at(point, other)
+            assert rebuilt.snapshot().canonical_bytes() == expected[point], (start, point)
+            assert written == [(point - start) // step if survey.starts(start, point) else (point - key) // step]
+            for line in lines[point : point + 2 * step]:
+                fold_line(rebuilt, line)
+            assert rebuilt.snapshot().canonical_bytes() == expected[rebuilt.version], (start, point)
+            checked += 1
+    assert checked > 3
+
+
 def _check_the_keys_figures(survey: Survey, budget: int) -> None:
     """Each key's figures, advanced from the key before's, equal those counted anew, and stay
     within the budget; a far version's figures advance from the nearest key's (nothing kept

@@ -98,18 +98,34 @@ class Survey:
             point = min(version - version % self.step, newest)
             return point if point >= 0 else None
 
-    def state_at(self, point: int) -> CacheState:
+    def state_at(self, point: int, base: CacheState | None = None) -> CacheState:
         """A state of one's own at ``point`` (from ``below``): a fork of the key at or below it,
-        the deltas since written into it."""
+        the deltas since written into it; or of ``base``, when it is a state at a point between
+        that key and ``point`` (``starts``): the fold is deterministic, so the deltas bring a
+        state of any lineage at that version to the same content."""
         with self._lock:  # the survey's thinning may merge the deltas meanwhile
-            state = self._rebuilt(point - point % self.spacing, point)
+            key = point - point % self.spacing
+            if base is not None and self._starts(base.version, point):
+                state = self._rebuilt(base.version, point, base)
+            else:
+                state = self._rebuilt(key, point)
         forget_changes(state)
         return state
 
-    def _rebuilt(self, key: int, point: int) -> CacheState:
-        """A fork of the key at ``key`` with the deltas after it up to ``point`` written in."""
-        state = fork(self._keys[key][0])
-        apply(state, [self._deltas[v] for v in range(key + self.step, point + 1, self.step)])
+    def starts(self, version: int, point: int) -> bool:
+        """Whether a state at ``version`` is a nearer start than the key for ``point``: a point
+        itself, after the key, at or below ``point``."""
+        with self._lock:
+            return self._starts(version, point)
+
+    def _starts(self, version: int, point: int) -> bool:
+        return version % self.step == 0 and point - point % self.spacing < version <= point and version in self._deltas
+
+    def _rebuilt(self, start: int, point: int, base: CacheState | None = None) -> CacheState:
+        """A fork of ``base`` (else of the key at ``start``) with the deltas after ``start`` up
+        to ``point`` written in."""
+        state = fork(base if base is not None else self._keys[start][0])
+        apply(state, [self._deltas[v] for v in range(start + self.step, point + 1, self.step)])
         return state
 
     def written(self, a: int, b: int, most: int | None = None) -> set[str] | None:

@@ -334,6 +334,9 @@ class Timeline:
             and (best is None or surveyed > best[0])
             and (version - surveyed) / FOLD_RATE <= from_checkpoint
         ):
+            base = self._anchor_starting(surveyed)
+            if base is not None:  # nearer than the point's key: fewer deltas to write
+                return self.survey.state_at(surveyed, base[0]), base[1]
             return self.survey.state_at(surveyed), SURVEY
         if best is not None and from_anchor <= from_checkpoint:
             anchor_version, item = best
@@ -347,6 +350,16 @@ class Timeline:
                 self._items.pop(("a", anchor_version), None)  # a cursor moves on
             return item.value, item.lineage
         return self._restore(version)
+
+    def _anchor_starting(self, point: int) -> tuple[CacheState, int] | None:
+        """The newest anchor at a survey point between ``point``'s key and it (a window's, most
+        often: a version a few thousand records above the window laid so far) and its lineage."""
+        with self._changed:
+            found = [(v, item) for (kind, v), item in self._items.items() if kind == "a" and v <= point]
+        for _v, item in sorted(found, key=lambda pair: pair[0], reverse=True):
+            if isinstance(item.value, CacheState) and self.survey.starts(item.value.version, point):
+                return item.value, item.lineage
+        return None
 
     def _best_anchor(self, version: int) -> tuple[int, _Item] | None:
         with self._changed:
