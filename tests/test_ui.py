@@ -110,6 +110,48 @@ def test_figures_advanced_version_by_version_equal_figures_counted_anew(trace: P
             assert shown == views.queues(snapshot, anew), (trace.name, state.version)
 
 
+def _figures_task_by_task(snapshot: Snapshot) -> tuple[dict[str, Any], tuple[int, ...]]:
+    """The figures by their definition, one task at a time: an oracle that shares no code with
+    ``Figures``, whose counting and advancing share their sums."""
+    from strata.projector.task import ALLOCATED, TaskStatus
+
+    statuses = list(TaskStatus)
+    jobs: dict[str, Any] = {}
+    every = [0] * len(statuses)
+    for _uid, task in snapshot.tasks.items():
+        every[statuses.index(task.status)] += 1
+        if task.job is None:
+            continue
+        counts, allocated, request = jobs.setdefault(task.job, ([0] * len(statuses), {}, {}))
+        counts[statuses.index(task.status)] += 1
+        sums: tuple[dict[str, int], ...] = ()
+        if task.status in ALLOCATED:
+            sums = (allocated, request)
+        elif task.status == TaskStatus.PENDING:
+            sums = (request,)
+        for total in sums:
+            for k, v in task.resreq.items():
+                total[k] = total.get(k, 0) + v
+    shown = {
+        job: (tuple(counts), {k: v for k, v in a.items() if v}, {k: v for k, v in r.items() if v})
+        for job, (counts, a, r) in jobs.items()
+    }
+    return shown, tuple(every)
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.stem)
+def test_figures_counted_and_advanced_equal_a_count_task_by_task(trace: Path) -> None:
+    lines = _lines(trace)
+    cuts = sorted({len(lines) // 3, 2 * len(lines) // 3, len(lines)})
+    snapshots = [replay_bytes(b"\n".join(lines[:cut]))[0].snapshot() for cut in cuts]
+    for i, snapshot in enumerate(snapshots):
+        expected = _figures_task_by_task(snapshot)
+        candidates = [Figures.of(snapshot), *(Figures.of(s).advance(snapshot) for s in snapshots[:i])]
+        for figures in candidates:
+            jobs = {job: (f.counts, f.allocated, f.request) for job, f in figures.jobs.items()}
+            assert (jobs, figures.statuses) == expected, (trace.name, snapshot.version)
+
+
 def test_figures_carry_a_task_index_only_from_figures_that_have_one() -> None:
     """Counting anew leaves the index out (it would double the count's time); one built is
     carried to the figures advanced from it, moved by the tasks that differ."""

@@ -216,22 +216,7 @@ def _apply(
     statuses: list[int],
 ) -> set[str]:
     """Correct ``jobs`` and ``statuses`` by the netted ``groups``; the jobs whose figures changed."""
-    changes: dict[str, tuple[list[int], dict[str, int], dict[str, int]]] = {}
-    index, allocated_statuses, pending = _INDEX, ALLOCATED, _PENDING
-    for (job, status, request), n in groups.items():
-        if not n:
-            continue  # as many in as out: a task replaced by one that counts the same
-        i = index[status]
-        statuses[i] += n
-        change = changes.get(job)
-        if change is None:
-            change = changes[job] = ([0] * len(STATUSES), {}, {})
-        change[0][i] += n
-        if status in allocated_statuses:
-            accumulate(change[1], requests[request], n)
-            accumulate(change[2], requests[request], n)
-        elif status == pending:
-            accumulate(change[2], requests[request], n)
+    changes = _totals(groups, requests, statuses)
     for job, (counts, allocated_change, request_change) in changes.items():
         before = jobs.get(job, _NO_JOB)
         figures = JobFigures(
@@ -267,9 +252,23 @@ def _job_figures(
     """Each job's figures from its tasks counted by (job, status, request), adding each group's
     tasks into ``statuses`` too. In the groups' order, which is their first tasks', so each sum
     lists its resources in the order a pass adding task by task would."""
+    return {
+        job: JobFigures(tuple(counts), _nonzero(allocated), _nonzero(request))
+        for job, (counts, allocated, request) in _totals(groups, requests, statuses).items()
+    }
+
+
+def _totals(
+    groups: dict[tuple[str, TaskStatus, int], int], requests: dict[int, dict[str, int]], statuses: list[int]
+) -> dict[str, tuple[list[int], dict[str, int], dict[str, int]]]:
+    """Per job, (tasks per status, allocated, request) summed over its groups, each group's tasks
+    (a count, or a net change of one) added into ``statuses`` too; groups that net to nothing (a
+    task replaced by one that counts the same) are skipped."""
     totals: dict[str, tuple[list[int], dict[str, int], dict[str, int]]] = {}
     index, allocated_statuses, pending = _INDEX, ALLOCATED, _PENDING
     for (job, status, request), n in groups.items():
+        if not n:
+            continue
         i = index[status]
         statuses[i] += n
         total = totals.get(job)
@@ -281,10 +280,7 @@ def _job_figures(
             accumulate(total[2], requests[request], n)
         elif status == pending:
             accumulate(total[2], requests[request], n)
-    return {
-        job: JobFigures(tuple(counts), _nonzero(allocated), _nonzero(request))
-        for job, (counts, allocated, request) in totals.items()
-    }
+    return totals
 
 
 def accumulate(total: dict[str, int], add: dict[str, int], times: int = 1) -> None:
