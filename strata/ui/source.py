@@ -78,7 +78,8 @@ class Source:
         """A job's or a node's tasks: from the version's task index, when its figures are kept
         or a short advance away and carry one (the live version's do, and so the versions
         advanced from it); else one pass over the tasks (30-50 ms at 150,000 pods, where figures
-        advanced from a version far off cost 100-300 ms, and an index built anew 110 ms)."""
+        advanced from a version far off, their index with them, cost more, and an index built
+        anew 110 ms)."""
         figures = self.figures.near(snapshot, self.timeline.written, reach=NEAR_REACH) if job or node else None
         index = figures.kept_index() if figures is not None else None
         if index is None:
