@@ -183,6 +183,39 @@ def test_a_feed_hands_the_fold_what_read_gives(kafka: Settings):
     assert fold.snapshot().canonical_bytes() == refold.snapshot().canonical_bytes()
 
 
+def test_a_reader_that_keeps_its_consumer_reads_any_stretch_as_a_new_one_does(kafka: Settings):
+    """``keep_consumer``: stretches read in any order, backwards, overlapping, empty, through one
+    consumer moved by ``assign``, each equal to what a reader of its own gives; a read left early
+    closes the kept consumer (the next read takes a new one). Between reads it is assigned
+    nothing: left assigned, it fetched ahead up to 64 MB after every read."""
+    names = TopicNames(kafka.topic_prefix)
+    raw = Producer(kafka.client_config())
+    values = [encode(LOG_RECORDS[i % len(LOG_RECORDS)]) for i in range(60)]
+    for value in values:
+        raw.produce(names.cache_log, value)
+    assert raw.flush(10) == 0
+
+    def offsets(reader: CacheLogReader, start: int, end: int) -> list[int]:
+        return [e.offset for e in reader.read(start=start, end=end)]
+
+    kept = CacheLogReader(kafka, keep_consumer=True)
+    stretches = [(40, 60), (0, 10), (5, 45), (30, 30), (59, 60), (0, 60), (12, 13)]
+    first = None
+    for start, end in stretches:
+        assert offsets(kept, start, end) == offsets(CacheLogReader(kafka), start, end) == list(range(start, end))
+        first = first or kept._kept
+        assert kept._kept is first  # one consumer for all of them
+        assert first is not None and first.assignment() == []  # between reads it fetches nothing
+    left = kept.read(start=0, end=60)
+    next(left)
+    left.close()
+    assert kept._kept is None
+    assert offsets(kept, 20, 25) == list(range(20, 25))
+    assert kept._kept is not None and kept._kept is not first
+    kept.close()
+    assert kept._kept is None
+
+
 def test_a_followed_feed_hands_the_follower_what_follow_gives(kafka: Settings):
     """``follow_feed``: a WatchEvent as its offset, message and named fields, every other record
     (a bad one too, counted) as the entry ``follow`` gives, and None once idle."""
