@@ -104,11 +104,13 @@ class Survey:
         that key and ``point`` (``starts``): the fold is deterministic, so the deltas bring a
         state of any lineage at that version to the same content."""
         with self._lock:  # the survey's thinning may merge the deltas meanwhile
-            key = point - point % self.spacing
-            if base is not None and self._starts(base.version, point):
-                state = self._rebuilt(base.version, point, base)
-            else:
-                state = self._rebuilt(key, point)
+            if base is None or not self._starts(base.version, point):
+                base = self._keys[point - point % self.spacing][0]
+            deltas = self._between(base.version, point)
+        # Written outside the lock (tens of ms): a request asks ``below`` meanwhile. Forking only
+        # reads the key (it marks the key's shards shared, as any fork of it does).
+        state = fork(base)
+        apply(state, deltas)
         forget_changes(state)
         return state
 
@@ -121,12 +123,9 @@ class Survey:
     def _starts(self, version: int, point: int) -> bool:
         return version % self.step == 0 and point - point % self.spacing < version <= point and version in self._deltas
 
-    def _rebuilt(self, start: int, point: int, base: CacheState | None = None) -> CacheState:
-        """A fork of ``base`` (else of the key at ``start``) with the deltas after ``start`` up
-        to ``point`` written in."""
-        state = fork(base if base is not None else self._keys[start][0])
-        apply(state, [self._deltas[v] for v in range(start + self.step, point + 1, self.step)])
-        return state
+    def _between(self, start: int, point: int) -> list[StateDelta]:
+        """The deltas after ``start`` up to ``point``, oldest first."""
+        return [self._deltas[v] for v in range(start + self.step, point + 1, self.step)]
 
     def written(self, a: int, b: int, most: int | None = None) -> set[str] | None:
         """A superset of the task uids written between versions ``a`` and ``b`` (either order),
@@ -282,7 +281,9 @@ class Survey:
             before = figures
 
     def _key(self, version: int) -> None:
-        key = self._rebuilt(max(self._keys), version)
+        before = max(self._keys)
+        key = fork(self._keys[before][0])
+        apply(key, self._between(before, version))
         forget_changes(key)
         key.compact()
         self._keys[version] = (key, parts(key))

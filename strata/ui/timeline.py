@@ -149,7 +149,7 @@ class Timeline:
         self._layer: threading.Thread | None = None  # laying a window in the background
         self._lay_next: int | None = None  # the version whose window it lays next
         # one reader for every past fold: it asks the brokers whether the log exists once (55 ms)
-        self._reader = CacheLogReader(runner.settings)
+        self._reader = CacheLogReader(runner.settings, keep_consumer=True)  # used under the past lock
 
     # ------------------------------------------------------------------------------- live
     def start(self, stop: threading.Event) -> None:
@@ -186,6 +186,8 @@ class Timeline:
                     self._apply_live(state, entry, writes)
                 if writes is not None:
                     writes.tend(state.version, idle=entry is None)
+            with self._past_lock:  # stopped: the past folds' consumer goes too
+                self._reader.close()
         except BaseException as exc:  # a page must hear of it instead of showing a stale version for ever
             LOG.error("the UI stopped following the cache log: %s", exc)
             with self._changed:
@@ -419,10 +421,12 @@ class Timeline:
                 return
             with self._changed:
                 anchor = self._items.get(("a", start))
+            begun: CacheState | None = None
+            lineage = SURVEY
             if anchor is not None and isinstance(anchor.value, CacheState):
-                state, lineage = fork(anchor.value), anchor.lineage
-            else:
-                state, lineage = self.survey.state_at(start), SURVEY
+                begun, lineage = fork(anchor.value), anchor.lineage
+        # a survey point is rebuilt outside the past lock: a request waited 100-200 ms for it
+        state = begun if begun is not None else self.survey.state_at(start)
         lay_from = version - ANCHOR_WINDOW * self.anchor_every
         while state.version < version:
             self._gate()
