@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -38,12 +39,14 @@ def _at(request: Request) -> At:
     return _source(request).at(request.query_params.get("v"), request.query_params.get("at"))
 
 
-def _page(template: str, compute: Callable[[Request, At], dict[str, Any]]) -> Callable[[Request], Any]:
+def _page(
+    template: str, compute: Callable[[Request, At], dict[str, Any]], state: bool = True
+) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
         with _source(request).timeline.serving():  # the survey of the history waits meanwhile
             try:
                 at = await run_in_threadpool(_at, request)
-                data = await run_in_threadpool(compute, request, at)
+                data, timing = await run_in_threadpool(_timed, compute, request, at, state)
                 frame = await run_in_threadpool(_source(request).frame, at)
             except NotReady as exc:
                 return _error(request, 503, str(exc))
@@ -51,24 +54,60 @@ def _page(template: str, compute: Callable[[Request, At], dict[str, Any]]) -> Ca
                 return _error(request, 400, str(exc))
             templates = request.app.state.templates
             context = {"data": data, "frame": frame, "source": _source(request), "page": template}
-            return templates.TemplateResponse(request, f"{template}.html", context)
+            started = time.perf_counter()
+            response = templates.TemplateResponse(request, f"{template}.html", context)
+            timing.step("render", started)
+            response.headers.append("server-timing", timing.header())
+            return response
 
     return endpoint
 
 
-def _api(compute: Callable[[Request, At], Any]) -> Callable[[Request], Any]:
+def _api(compute: Callable[[Request, At], Any], state: bool = True) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
         with _source(request).timeline.serving():
             try:
                 at = await run_in_threadpool(_at, request)
-                data = await run_in_threadpool(compute, request, at)
+                data, timing = await run_in_threadpool(_timed, compute, request, at, state)
             except NotReady as exc:
                 return JSONResponse({"error": str(exc)}, status_code=503)
             except StrataError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=400)
-            return Response(_json(data), media_type="application/json")
+            response = Response(_json(data), media_type="application/json")
+            response.headers.append("server-timing", timing.header())
+            return response
 
     return endpoint
+
+
+class _Timing:
+    """A request's steps for its Server-Timing header (beside the whole, ``app``, that the guard
+    adds): the version's state, and how it came (``Timeline.how``); the page's data; its HTML."""
+
+    def __init__(self) -> None:
+        self.steps: list[str] = []
+
+    def step(self, name: str, since: float, desc: str = "") -> None:
+        shown = desc.replace("\\", "").replace('"', "")
+        step = f"{name};dur={(time.perf_counter() - since) * 1000:.1f}"
+        self.steps.append(f'{step};desc="{shown}"' if desc else step)
+
+    def header(self) -> str:
+        return ", ".join(self.steps)
+
+
+def _timed(compute: Callable[[Request, At], Any], request: Request, at: At, state: bool) -> tuple[Any, _Timing]:
+    """``compute``, the version's state made first (one thread: ``how`` is this thread's)."""
+    timing = _Timing()
+    source = _source(request)
+    if state:
+        started = time.perf_counter()
+        source.snapshot(at)  # kept: ``compute`` finds it cached
+        timing.step("state", started, "live" if at.live else source.timeline.how())
+    started = time.perf_counter()
+    data = compute(request, at)
+    timing.step("data", started)
+    return data, timing
 
 
 def _json(data: Any) -> bytes:
@@ -191,17 +230,17 @@ ROUTES = [
     Route("/job/{namespace}/{name:path}", _page("job", _job), methods=["GET"]),
     Route("/pod/{namespace}/{name:path}", _page("pod", _pod), methods=["GET"]),
     Route("/node/{name:path}", _page("node", _node), methods=["GET"]),
-    Route("/replicas", _page("replicas", _replicas), methods=["GET"]),
-    Route("/api/version", _api(_version), methods=["GET"]),
+    Route("/replicas", _page("replicas", _replicas, state=False), methods=["GET"]),
+    Route("/api/version", _api(_version, state=False), methods=["GET"]),
     Route("/api/cluster", _api(_cluster), methods=["GET"]),
     Route("/api/job/{namespace}/{name:path}", _api(_job), methods=["GET"]),
     Route("/api/pod/{namespace}/{name:path}", _api(_pod), methods=["GET"]),
     Route("/api/node/{name:path}", _api(_node), methods=["GET"]),
-    Route("/api/replicas", _api(_replicas), methods=["GET"]),
-    Route("/api/history/{kind}/{name:path}", _api(_history), methods=["GET"]),
-    Route("/api/story/job/{namespace}/{name:path}", _api(_story), methods=["GET"]),
+    Route("/api/replicas", _api(_replicas, state=False), methods=["GET"]),
+    Route("/api/history/{kind}/{name:path}", _api(_history, state=False), methods=["GET"]),
+    Route("/api/story/job/{namespace}/{name:path}", _api(_story, state=False), methods=["GET"]),
     Route("/api/why/{kind}/{namespace}/{name:path}", _api(_why), methods=["GET"]),
     Route("/api/snapshot", _api(_snapshot), methods=["GET"]),
-    Route("/api/diff", _api(_diff), methods=["GET"]),
+    Route("/api/diff", _api(_diff, state=False), methods=["GET"]),
     Route("/api/events", events, methods=["GET"]),
 ]

@@ -71,6 +71,10 @@ _NOTHING: frozenset[str] = frozenset()
 # ``gctune.FREEZE_EVERY`` records of the live fold.
 
 
+def _ms(since: float) -> int:
+    return round((time.perf_counter() - since) * 1000)
+
+
 class NotReady(StrataError):
     """The live state is not restored yet."""
 
@@ -148,6 +152,7 @@ class Timeline:
         self._asked: deque[int] = deque(maxlen=ASKED_KEPT)  # the past versions asked for lately
         self._layer: threading.Thread | None = None  # laying a window in the background
         self._lay_next: int | None = None  # the version whose window it lays next
+        self._told = threading.local()  # how the calling thread's last ``snapshot`` came (``how``)
         # one reader for every past fold: it asks the brokers whether the log exists once (55 ms)
         self._reader = CacheLogReader(runner.settings, keep_consumer=True)  # used under the past lock
 
@@ -285,24 +290,36 @@ class Timeline:
         """The cache after records 0..version-1."""
         live = self.live_snapshot()
         if version == live.version:
+            self._told.how = "live"
             return live
         if version > live.version or version < 0:
             raise StrataError(f"version {version} is not in the log (0 to {live.version})")
         hit = self._cached(version)
         if hit is not None:
+            self._told.how = "cached"
             return hit
+        asked = time.perf_counter()
         with self._past_lock:
             hit = self._cached(version)
             if hit is not None:
+                self._told.how = f"cached after {_ms(asked)} ms waiting"
                 return hit
+            waited = _ms(asked)
             browsed = self._browsing(version)
             self._asked.append(version)
             # A window to lay from the survey is laid after the answer, in the background: it
             # costs about eight answers' time
             later = browsed and self._window_from(version) is not None
+            started = time.perf_counter()
             state, lineage = self._start_for(version)
+            start, how, began = state.version, self._told.how, _ms(started)
+            folding = time.perf_counter()
             self._fold(state, version, lineage, browsed and not later)
             snapshot = state.snapshot()
+            self._told.how = (
+                f"{how} at {start} in {began} ms, {version - start} records folded in {_ms(folding)} ms"
+                + (f", {waited} ms waiting" if waited >= 1 else "")
+            )
             # the next one may fold on from it; only the last few such cursors are kept
             self._remember(("a", version), _Item(lineage, state), evict=False)
             self._drop_cursors()
@@ -311,6 +328,11 @@ class Timeline:
         if later:
             self._lay_later(version)
         return snapshot
+
+    def how(self) -> str:
+        """How the calling thread's last past ``snapshot`` came: cached, or from which start,
+        each step's milliseconds (the UI's Server-Timing shows it)."""
+        return str(getattr(self._told, "how", ""))
 
     def _cached(self, version: int) -> Snapshot | None:
         with self._changed:
@@ -338,7 +360,9 @@ class Timeline:
         ):
             base = self._anchor_starting(surveyed)
             if base is not None:  # nearer than the point's key: fewer deltas to write
+                self._told.how = f"survey point from the anchor at {base[0].version}"
                 return self.survey.state_at(surveyed, base[0]), base[1]
+            self._told.how = f"survey point from its key at {surveyed - surveyed % self.survey.spacing}"
             return self.survey.state_at(surveyed), SURVEY
         if best is not None and from_anchor <= from_checkpoint:
             anchor_version, item = best
@@ -347,10 +371,13 @@ class Timeline:
                 with self._changed:
                     if ("a", anchor_version) in self._items:
                         self._items.move_to_end(("a", anchor_version))  # in use: the last to go
+                self._told.how = "anchor"
                 return fork(item.value), item.lineage  # a grid anchor stays where it is
             with self._changed:
                 self._items.pop(("a", anchor_version), None)  # a cursor moves on
+            self._told.how = "cursor"
             return item.value, item.lineage
+        self._told.how = "checkpoint"
         return self._restore(version)
 
     def _anchor_starting(self, point: int) -> tuple[CacheState, int] | None:
