@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import jinja2
+import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -32,10 +33,17 @@ def templates() -> Jinja2Templates:
         lstrip_blocks=True,
     )
     env.filters.update(seg=_segment, qty=_quantity, pct=_percent, shown=_shown)
+    # ``tojson`` (the heat map's 5,000 rows at 5k nodes): msgspec's encoder instead of the
+    # json module's, 10 ms of the event loop's time a page; Jinja escapes its output the same
+    env.policies["json.dumps_function"] = _dumps
     env.globals.update(url=_url)
     for name in PAGES:  # compiled now rather than in the first request for each
         env.get_template(f"{name}.html")
     return Jinja2Templates(env=env)
+
+
+def _dumps(value: Any, sort_keys: bool = True, **_: Any) -> str:
+    return msgspec.json.encode(value, order="sorted" if sort_keys else None).decode()
 
 
 def _segment(value: Any) -> str:
