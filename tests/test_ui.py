@@ -573,11 +573,14 @@ def test_a_window_is_laid_only_where_the_last_versions_asked_all_fall(
 
 
 @KAFKA
-def test_a_browsed_versions_window_is_laid_after_its_answer(server: Server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("grid", [1, 4])
+def test_a_browsed_versions_window_is_laid_after_its_answer(server: Server, tmp_path: Path, grid: int) -> None:
     """The first past version asked is answered from the survey without a window; the window's
-    anchors are laid after, in the background, and the versions in it then fold from them (no
-    restore) to what a fold from the start gives. Without the background laying the anchors
-    never come: the check can tell."""
+    anchors are laid after, in the background, each the state a fold from the start gives at its
+    version, and the versions in it then fold from them (no restore) to what that fold gives.
+    On the survey's own grid (every 4 records here) the anchors are its deltas written into
+    forks, with no fold of records; off it (every record, the survey every 8), folds. Without
+    the background laying the anchors never come: the check can tell."""
     from strata.log.cachelog import CacheLogReader
     from strata.projector.runner import LogRunner
     from strata.projector.sqlstore import SqlCheckpointStore
@@ -593,7 +596,12 @@ def test_a_browsed_versions_window_is_laid_after_its_answer(server: Server, tmp_
     for entry in CacheLogReader(settings).read(0, end):
         straight.apply_at(entry.offset, entry.record)
         expected[straight.version] = straight.snapshot().canonical_bytes()
-    timeline = Timeline(runner, None, budget_bytes=1 << 20, anchor_every=1, chunk=5, survey_every=8)
+    timeline = Timeline(
+        runner, None, budget_bytes=1 << 20, anchor_every=grid, chunk=5, survey_every=grid if grid > 1 else 8
+    )
+    folds: list[int] = []
+    fold = timeline._fold
+    timeline._fold = lambda state, version, *rest: (folds.append(version), fold(state, version, *rest))[1]  # type: ignore[method-assign]
     stop = threading.Event()
     timeline.start(stop)
     try:
@@ -604,10 +612,16 @@ def test_a_browsed_versions_window_is_laid_after_its_answer(server: Server, tmp_
         asked = end - 1
         before = timeline.stats().anchors
         assert timeline.snapshot(asked).canonical_bytes() == expected[asked]
+        wanted = min(8, (asked - 1) // grid)  # the grid's points in the window (the sample is short)
         deadline = time.monotonic() + 30
-        while timeline.stats().anchors < before + 8 and time.monotonic() < deadline:
+        while timeline.stats().anchors < before + wanted and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert timeline.stats().anchors >= before + 8, (before, timeline.stats())
+        assert timeline.stats().anchors >= before + wanted, (before, timeline.stats())
+        laid = {v: item.value for (kind, v), item in timeline._items.items() if kind == "a" and v < asked}
+        assert len(laid) >= wanted, laid
+        for v, anchor in laid.items():
+            assert anchor.snapshot().canonical_bytes() == expected[v], v
+        assert (folds == [asked]) == (grid == 4), folds  # the request's own fold only, on the survey's grid
         for v in range(asked - 8, asked):
             assert timeline.snapshot(v).canonical_bytes() == expected[v], v
         assert timeline.stats().restores == 0

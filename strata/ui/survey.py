@@ -115,13 +115,21 @@ class Survey:
         return state
 
     def starts(self, version: int, point: int) -> bool:
-        """Whether a state at ``version`` is a nearer start than the key for ``point``: a point
-        itself, after the key, at or below ``point``."""
+        """Whether a state at ``version`` may start ``point``'s rebuild instead of its key: a
+        point itself, from the key on, at or below ``point``."""
         with self._lock:
             return self._starts(version, point)
 
+    def has(self, point: int) -> bool:
+        """Whether ``point`` is one of the survey's points (a state there is ``state_at`` it)."""
+        with self._lock:
+            return point % self.step == 0 and point in self._deltas
+
     def _starts(self, version: int, point: int) -> bool:
-        return version % self.step == 0 and point - point % self.spacing < version <= point and version in self._deltas
+        key = point - point % self.spacing
+        return (
+            key <= version <= point and version % self.step == 0 and (version in self._deltas or version in self._keys)
+        )
 
     def _between(self, start: int, point: int) -> list[StateDelta]:
         """The deltas after ``start`` up to ``point``, oldest first."""
