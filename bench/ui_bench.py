@@ -67,6 +67,7 @@ LAUNCH = (
     "ui.name in main.commands or main.add_command(ui); main(sys.argv[1:], prog_name='strata')"
 )
 BUDGET_MS = 300.0
+SHOW_STEPS_MS = 200.0  # a page's slowest answer is shown step by step when its p99 passes this
 NEAR_BACK = 20_000  # records behind the log's end of the first past version asked for
 NEAR_BEFORE = 15_000  # near versions: up to this many records before it (anchors are laid over 16,384)
 NEAR_AFTER = 2_048  # and this many after
@@ -79,8 +80,11 @@ FAR_BACK = (20_000, 120_000)  # far versions: this many records before the first
 class Timing:
     server_ms: list[float] = field(default_factory=list)
     wall_ms: list[float] = field(default_factory=list)
+    slowest: str = ""  # the slowest answer's version and steps (its Server-Timing)
 
-    def add(self, server: float, wall: float) -> None:
+    def add(self, server: float, wall: float, steps: str = "") -> None:
+        if not self.server_ms or server > max(self.server_ms):
+            self.slowest = steps
         self.server_ms.append(server)
         self.wall_ms.append(wall)
 
@@ -202,7 +206,7 @@ def measure(ui: Ui, paths: dict[str, str], requests: int, versions: list[int] | 
             k += 1
             asked = with_version(path, version)
             _, server, wall = get(ui.base, asked)
-            out[name].add(server, wall)
+            out[name].add(server, wall, f"version {version or 'live'}: {STEPS[asked]}")
             if server > BUDGET_MS:
                 print(f"    over: {name} at version {version or 'live'}: {server:.0f} ms ({STEPS[asked]})", flush=True)
     return out
@@ -223,6 +227,8 @@ def report(title: str, timings: dict[str, Timing], floor: Timing) -> tuple[list[
             f"  {name:<16} {t.p(50):8.1f} {t.p(99):8.1f}   wall {t.p(50, wall=True):8.1f}   "
             f"({t.p(50) / max(floor.p(50), 0.01):6.0f}x floor){'' if within else '  OVER'}"
         )
+        if t.p(99) > SHOW_STEPS_MS and t.slowest:
+            lines.append(f"      slowest, {t.slowest}")
     return lines, ok
 
 
