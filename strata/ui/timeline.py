@@ -469,17 +469,14 @@ class Timeline:
                 if self.survey.has(grid) and self.survey.starts(state.version, grid):
                     # the survey's delta to the next grid point written into a fork: a few ms,
                     # where a fold of the 1,024 records took 20-90 ms under this lock
-                    state, shared = self.survey.state_at(grid, state), True
-                    kept = state
+                    state, shared = self.survey.state_at(grid, state), False
                 else:
                     if shared:
                         state, shared = fork(state), False
                     self._fold(state, grid, lineage, False, lay_from)
-                    kept = fork(state)
-                with self._changed:
-                    laid = ("a", grid) in self._items
-                if not laid and (grid >= lay_from or grid % (COARSE * self.anchor_every) == 0):
-                    self._remember(("a", grid), _Item(lineage, kept), evict=False)
+                if self._lays(grid, lay_from, True):
+                    self._remember(("a", grid), _Item(lineage, state), evict=False)
+                    shared = True
         gc.freeze()
 
     def _newest_checkpoint(self, version: int) -> int:
@@ -528,13 +525,18 @@ class Timeline:
                     self._record_step(state.version - self.anchor_every, segment | state.tasks.changed)
                 segment = _NOTHING
                 forget_changes(state)
-                laid = ("a", state.version) in self._items
-                wanted = (browsing and state.version >= lay_from) or state.version % (COARSE * self.anchor_every) == 0
-                if wanted and state.version < version and not laid:
+                if state.version < version and self._lays(state.version, lay_from, browsing):
                     self._remember(("a", state.version), _Item(lineage, fork(state)), evict=False)
         state.expect_offset(version)
         if segment is not None:
             self._record_tail(version, segment | state.tasks.changed)
+
+    def _lays(self, point: int, lay_from: int, window: bool) -> bool:
+        """Whether a fold passing grid ``point`` keeps an anchor there: none is laid yet, and the
+        point is in the window (from ``lay_from``) when ``window``, or every COARSE-th point."""
+        with self._changed:
+            laid = ("a", point) in self._items
+        return not laid and ((window and point >= lay_from) or point % (COARSE * self.anchor_every) == 0)
 
     # ----------------------------------------------------------------- what the folds wrote
     def written(self, a: int, b: int, most: int | None = None) -> set[str] | None:
