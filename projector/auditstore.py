@@ -15,9 +15,10 @@ Storage, about 40 bytes a record (a summary row and a row per subject took 870 a
   Blocks sit at fixed offsets, so what is stored depends only on the records, never on when the
   projector flushed: a write that ends inside a block stores it partly, and the next write
   decodes that part and stores the block whole.
-- ``audit_postings``: (subject, block) for every subject an entry of the block names. A subject is
-  stored as a 64-bit hash: no table of names to look up or grow, and a collision only makes a
-  reader decompress a block it then filters out (entries keep their subjects' names).
+- ``audit_postings``: (bucket, subject, block) for every subject an entry of the block names. A
+  subject is stored as a 64-bit hash: no table of names to look up or grow, and a collision only
+  makes a reader decompress a block it then filters out (entries keep their subjects' names).
+  The bucket (``bucket_of``) puts a transaction's postings in the last pages of the B-tree.
 
 A projector that restarts from an older checkpoint writes offsets the index has again: those
 below the index's position are skipped, and a block rewritten from the same records is the same
@@ -50,6 +51,10 @@ from strata.projector.state import Outcome
 from strata.schemas.objectjson import SortedJson, number_text
 
 BLOCK_RECORDS = 1024  # offsets per block: a node's history reads one block per record of it, so not more
+# Blocks whose postings share a bucket, the postings' first key after the log: a transaction then
+# writes into the last bucket's pages, not all over a B-tree ordered by hashes (migration 0006,
+# which converts at 65,536 records a bucket); a history looks each subject up once per bucket.
+BUCKET_BLOCKS = 64
 BATCH_ROWS = 5000  # rows per INSERT statement: SQLite limits the bound parameters of one statement
 SQLITE_CACHE_KIB = 64 * 1024  # the writer's page cache
 ZSTD_LEVEL = 1  # 3 saves 2 % of the bytes for a third more of the writer's time
@@ -79,11 +84,12 @@ class AuditBlockRow(Base):
 
 class AuditPostingRow(Base):
     __tablename__ = "audit_postings"
-    # the primary key is the lookup index: equality on (log_id, subject_key), then blocks in order;
-    # in SQLite the table is that index alone (WITHOUT ROWID)
+    # the primary key is the lookup index: equality on (log_id, bucket, subject_key), then blocks
+    # in order; in SQLite the table is that index alone (WITHOUT ROWID)
     __table_args__ = ({"sqlite_with_rowid": False},)
 
     log_id: Mapped[int] = mapped_column(ForeignKey("audit_logs.id", ondelete="CASCADE"), primary_key=True)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # bucket_of(first_offset)
     subject_key: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # subject_key(subject)
     first_offset: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # the block's
 
@@ -229,6 +235,11 @@ def context_of(plain: Any) -> Context:
     return PodContext(*plain)
 
 
+def bucket_of(first_offset: int) -> int:
+    """The postings' bucket of the block that begins at ``first_offset``."""
+    return first_offset // (BLOCK_RECORDS * BUCKET_BLOCKS)
+
+
 @functools.lru_cache(maxsize=1 << 17)  # a node's or a job's subject comes back block after block
 def subject_key(subject: str) -> int:
     """A subject's posting key: the first 8 bytes of its BLAKE2b, signed (SQL's BIGINT)."""
@@ -324,8 +335,8 @@ def _as_stored(summary: dict[str, Any]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------- index
 _PG_POSTINGS = (
-    "INSERT INTO audit_postings (log_id, subject_key, first_offset) "
-    "SELECT %s, k, f FROM unnest(%s::bigint[], %s::bigint[]) AS p(k, f) ON CONFLICT DO NOTHING"
+    "INSERT INTO audit_postings (log_id, bucket, subject_key, first_offset) "
+    "SELECT %s, b, k, f FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS p(b, k, f) ON CONFLICT DO NOTHING"
 )
 
 
@@ -349,7 +360,7 @@ class AuditIndex:
         self._blocks_sql = _insert_sql(
             engine, AuditBlockRow, block_columns, mark, f"(log_id, first_offset) DO UPDATE SET {replace}"
         )
-        posting_columns = ("log_id", "subject_key", "first_offset")
+        posting_columns = ("log_id", "bucket", "subject_key", "first_offset")
         self._postings_sql = _insert_sql(engine, AuditPostingRow, posting_columns, mark, "DO NOTHING")
 
     def log_id(self, log: LogIdentity) -> int:
@@ -409,12 +420,13 @@ class AuditIndex:
 
     def _store(self, conn: Connection, log_id: int, records: Records) -> None:
         blocks: list[tuple[int, int, int, int, int, bytes]] = []
-        postings: list[tuple[int, int, int]] = []
+        postings: list[tuple[int, int, int, int]] = []
         for block in records.blocks():
             first = block.first - block.first % BLOCK_RECORDS
             stamps = block.column("stamps")
             blocks.append((log_id, first, block.end - 1, min(stamps), max(stamps), encode_block(block)))
-            postings.extend((log_id, subject_key(s), first) for s in set(chain.from_iterable(block.subjects)))
+            bucket = bucket_of(first)
+            postings.extend((log_id, bucket, subject_key(s), first) for s in set(chain.from_iterable(block.subjects)))
         # in key order, so that each insert lands next to the one before in the postings' B-tree
         postings.sort()
         # Plain tuples through the driver's executemany: SQLAlchemy's per-row bound parameters
@@ -423,8 +435,8 @@ class AuditIndex:
             conn.exec_driver_sql(self._blocks_sql, blocks[i : i + BATCH_ROWS])
         if conn.dialect.name == "postgresql":
             # one statement with two arrays, not an executemany of a flush's ~20,000 postings
-            keys, firsts = [p[1] for p in postings], [p[2] for p in postings]
-            conn.exec_driver_sql(_PG_POSTINGS, (log_id, keys, firsts))
+            buckets, keys, firsts = [p[1] for p in postings], [p[2] for p in postings], [p[3] for p in postings]
+            conn.exec_driver_sql(_PG_POSTINGS, (log_id, buckets, keys, firsts))
             return
         for i in range(0, len(postings), BATCH_ROWS):
             conn.exec_driver_sql(self._postings_sql, postings[i : i + BATCH_ROWS])
@@ -470,28 +482,42 @@ class AuditIndex:
             return
         log_id = self.log_id(log)
         keys = sorted({subject_key(s) for s in subjects})
-        matching = (
-            select(AuditPostingRow.first_offset)
-            .where(AuditPostingRow.log_id == log_id, AuditPostingRow.subject_key.in_(keys))
-            .scalar_subquery()
-        )
-        query = (
-            select(AuditBlockRow.first_offset, AuditBlockRow.data)
-            .where(AuditBlockRow.log_id == log_id, AuditBlockRow.first_offset.in_(matching))
-            .order_by(AuditBlockRow.first_offset)
-        )
-        for low, high, first, last in (
-            (since_offset, until_offset, AuditBlockRow.first_offset, AuditBlockRow.last_offset),
-            (since_ms, until_ms, AuditBlockRow.first_ms, AuditBlockRow.last_ms),
-        ):
-            if low is not None:
-                query = query.where(last >= low)
-            if high is not None:
-                query = query.where(first <= high)
         with self.engine.connect() as conn:
+            end = conn.execute(select(AuditLogRow.indexed_to).where(AuditLogRow.id == log_id)).scalar_one()
+            matching = (
+                select(AuditPostingRow.first_offset)
+                .where(
+                    AuditPostingRow.log_id == log_id,
+                    AuditPostingRow.bucket.in_(_buckets(end, since_offset, until_offset)),
+                    AuditPostingRow.subject_key.in_(keys),
+                )
+                .scalar_subquery()
+            )
+            query = (
+                select(AuditBlockRow.first_offset, AuditBlockRow.data)
+                .where(AuditBlockRow.log_id == log_id, AuditBlockRow.first_offset.in_(matching))
+                .order_by(AuditBlockRow.first_offset)
+            )
+            for low, high, first, last in (
+                (since_offset, until_offset, AuditBlockRow.first_offset, AuditBlockRow.last_offset),
+                (since_ms, until_ms, AuditBlockRow.first_ms, AuditBlockRow.last_ms),
+            ):
+                if low is not None:
+                    query = query.where(last >= low)
+                if high is not None:
+                    query = query.where(first <= high)
             found = conn.execute(query).all()
         for first_offset, data in found:
             yield Block(first_offset, bytes(data))
+
+
+def _buckets(end: int, since_offset: int | None, until_offset: int | None) -> list[int]:
+    """The buckets of the blocks that may hold offsets within the bounds of an index that holds
+    offsets below ``end``: a subject is looked up in each (a range over buckets would scan them,
+    since the subject's key comes after the bucket)."""
+    last = end - 1 if until_offset is None else min(end - 1, until_offset)
+    first = max(since_offset or 0, 0)
+    return list(range(bucket_of(first), bucket_of(max(last, 0)) + 1))
 
 
 def _bounds(low: int | None, high: int | None) -> tuple[int | float, int | float]:

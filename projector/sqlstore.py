@@ -167,7 +167,7 @@ def alembic_config(connection: Connection | None = None) -> Config:
 # The newest migration's revision (tests/test_checkpoints.py checks it is Alembic's head): a
 # database already there is opened without loading Alembic and its scripts, a third of a short
 # command's time (`strata history`).
-SCHEMA_HEAD = "0005"
+SCHEMA_HEAD = "0006"
 
 
 def _at_head(engine: Engine) -> bool:

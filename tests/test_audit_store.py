@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from strata.gen import generate
 from strata.ingest.trace import parse_line, split_lines
-from strata.projector import audit
+from strata.projector import audit, auditstore
 from strata.projector.auditstore import (
     BLOCK_RECORDS,
     AuditBlockRow,
@@ -123,6 +123,13 @@ def write_in_pieces(index: AuditIndex, entries: Folded, rng: random.Random) -> N
             i = max(0, i - rng.randint(1, 2 * BLOCK_RECORDS))  # restarted from an older checkpoint
 
 
+@pytest.fixture(params=[auditstore.BUCKET_BLOCKS, 2], ids=["buckets", "small-buckets"])
+def buckets(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also buckets of two blocks: a subject's postings in several, bounds inside them."""
+    monkeypatch.setattr(auditstore, "BUCKET_BLOCKS", request.param)
+
+
+@pytest.mark.usefixtures("buckets")
 def test_every_subject_finds_exactly_its_entries(index: AuditIndex, generated: Folded):
     write_in_pieces(index, generated, random.Random(5))
     assert index.indexed_to(LOG) == len(generated)
@@ -134,6 +141,7 @@ def test_every_subject_finds_exactly_its_entries(index: AuditIndex, generated: F
         assert index.offsets(LOG, [subject]) == [o for o, *_ in want[subject]]
 
 
+@pytest.mark.usefixtures("buckets")
 def test_bounds_by_offset_and_time(index: AuditIndex, generated: Folded):
     index.write(LOG, generated.records(), len(generated))
     want = expected(generated)
@@ -145,6 +153,7 @@ def test_bounds_by_offset_and_time(index: AuditIndex, generated: Folded):
     ]
     assert found(index, node, since_ms=low[1] + 1, until_ms=high[1]) == [i for i in items if low[1] < i[1] <= high[1]]
     assert found(index, node, since_offset=high[0] + 1, until_offset=high[0]) == []
+    assert found(index, node, since_offset=len(generated)) == []
 
 
 def test_blocks_depend_only_on_the_records(url: str, tmp_path: Path, generated: Folded):
@@ -227,6 +236,33 @@ def test_the_upgrade_drops_the_old_index_and_has_it_rebuilt(url: str):
         with engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0002")
             assert conn.execute(text("SELECT indexed_to FROM audit_logs")).scalars().all() == [0]
+    finally:
+        engine.dispose()
+
+
+def test_0006_puts_the_postings_in_buckets(url: str):
+    """The postings are converted, the bucket computed from the block's offset, not forgotten;
+    a downgrade gives them back as they were."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from strata.projector.sqlstore import alembic_config, open_engine
+
+    rows = [(1, 7, 0), (1, 7, 3 * 65536 + 1024), (1, -5, 65536)]
+    engine = open_engine(url)
+    try:
+        with engine.begin() as conn:
+            command.upgrade(alembic_config(conn), "0005")
+            conn.execute(text("INSERT INTO audit_logs (topic, cluster_id, fold, indexed_to) VALUES ('t', 'c', 'f', 9)"))
+            for row in rows:
+                conn.execute(text("INSERT INTO audit_postings VALUES (:l, :k, :f)"), dict(zip("lkf", row, strict=True)))
+            command.upgrade(alembic_config(conn), "0006")
+            got = conn.execute(text("SELECT log_id, bucket, subject_key, first_offset FROM audit_postings")).all()
+            assert sorted(map(tuple, got)) == [(1, 0, 7, 0), (1, 1, -5, 65536), (1, 3, 7, 197632)]
+            command.downgrade(alembic_config(conn), "0005")
+            got = conn.execute(text("SELECT log_id, subject_key, first_offset FROM audit_postings")).all()
+            assert sorted(map(tuple, got)) == sorted(rows)
+            command.upgrade(alembic_config(conn), "head")
     finally:
         engine.dispose()
 
