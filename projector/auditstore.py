@@ -391,8 +391,8 @@ class AuditIndex:
         log_id = self.log_id(log)
         with self.engine.connect().execution_options(sqlite_immediate=True) as conn, conn.begin():
             if conn.dialect.name == "sqlite":
-                # postings go in at random places of their B-tree (keys are hashes), which SQLite's
-                # default 2 MiB page cache stops holding after a few hundred thousand records
+                # set when the postings went in all over their B-tree (keys were hashes first); the
+                # last bucket's pages, a few MB, are still more than SQLite's default 2 MiB cache
                 conn.exec_driver_sql(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
             indexed = self._position(conn, log_id)  # locked until commit: one writer per log at a time
             new = records.part(indexed, sys.maxsize)
@@ -434,7 +434,7 @@ class AuditIndex:
         for i in range(0, len(blocks), BATCH_ROWS):
             conn.exec_driver_sql(self._blocks_sql, blocks[i : i + BATCH_ROWS])
         if conn.dialect.name == "postgresql":
-            # one statement with two arrays, not an executemany of a flush's ~20,000 postings
+            # one statement with three arrays, not an executemany of a flush's ~20,000 postings
             buckets, keys, firsts = [p[1] for p in postings], [p[2] for p in postings], [p[3] for p in postings]
             conn.exec_driver_sql(_PG_POSTINGS, (log_id, buckets, keys, firsts))
             return

@@ -10,6 +10,7 @@ their size."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -186,9 +187,11 @@ def _race(settings: Settings, api: KubeApi, ns: str, w: int, binaries: list[int]
     which holds the whole wave by then, so they schedule the same gangs from the same version
     and all but the first to publish must lose. Left to their periods, whether two replicas
     ever raced depended on how their cycles' phases fell (one CI run in several saw none)."""
-    for pid in binaries:
-        os.kill(pid, signal.SIGSTOP)
+    stopped: list[int] = []
     try:
+        for pid in binaries:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
         names = set(_create_wave(api, ns, w))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -203,8 +206,9 @@ def _race(settings: Settings, api: KubeApi, ns: str, w: int, binaries: list[int]
         assert names <= logged, f"the ingest did not publish {sorted(names - logged)[:5]}"
         time.sleep(1.0)  # the sidecars fold what the log carries within milliseconds
     finally:
-        for pid in binaries:
-            os.kill(pid, signal.SIGCONT)
+        for pid in stopped:  # each, whatever another's fate: a stopped binary would hang its stop
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def _pod(ns: str, g: dict[str, Any], i: int) -> dict[str, Any]:
@@ -609,6 +613,7 @@ def test_three_volcano_replicas_on_one_log(
         killed_at = bound
 
         creator.join(timeout=120)
+        assert not creator.is_alive(), "the waves before the held one are still being created"
         survivors = [pid for name in ("r1", "r3") for pid in _children(replicas[name].popen.pid)]
         assert len(survivors) == 2, survivors
         _race(settings, api, ns, WAVES - 1, survivors)
