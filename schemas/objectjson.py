@@ -99,15 +99,28 @@ def _check_depth(text: str) -> None:
 _fast_decode = msgspec.json.Decoder(float_hook=NumberLiteral).decode
 
 
+def _nests_at_most(size: int, square: int) -> int:
+    """How deep a text of ``size`` characters with ``square`` "[" among them can nest, for the
+    scanner that reads it, valid JSON or not: an array level takes a "[" of its own, an object
+    level a "{", a key's two quotes and a colon before the value that nests in it (the innermost
+    container, "{}", two). So a 1.4 KB pod line, with its two "[", cannot reach MAX_DEPTH, and
+    one count of "[" (0.5 us) spares counting both brackets (1.1 us) in most records."""
+    return square + (size - square) // 4 + 1
+
+
 def loads(text: str | bytes) -> Any:
     """Parse RFC 8259 JSON; raises ``ValueError`` (a ``json.JSONDecodeError`` for syntax; deeper
     nesting than ``MAX_DEPTH`` is refused too)."""
     # Deeper nesting than MAX_DEPTH needs more brackets than MAX_DEPTH: such input takes the
     # stdlib path, whose depth check makes it bad everywhere alike.
     if type(text) is bytes:
-        shallow = len(text) <= MAX_DEPTH or text.count(b"{") + text.count(b"[") <= MAX_DEPTH
+        shallow = len(text) <= MAX_DEPTH or _nests_at_most(len(text), text.count(b"[")) <= MAX_DEPTH
+        if not shallow:  # one pass that drops both brackets, where two counts took half as long again
+            shallow = len(text) - len(text.translate(None, b"{[")) <= MAX_DEPTH
     elif type(text) is str:
-        shallow = len(text) <= MAX_DEPTH or text.count("{") + text.count("[") <= MAX_DEPTH
+        shallow = len(text) <= MAX_DEPTH or _nests_at_most(len(text), text.count("[")) <= MAX_DEPTH
+        if not shallow:
+            shallow = text.count("{") + text.count("[") <= MAX_DEPTH
     else:
         shallow = False  # a bytearray or memoryview: rare enough for the stdlib path
     if shallow:
