@@ -383,7 +383,7 @@ class AuditIndex:
     def indexed_to(self, log: LogIdentity) -> int:
         log_id = self.log_id(log)
         with self.engine.connect() as conn:
-            return conn.execute(select(AuditLogRow.indexed_to).where(AuditLogRow.id == log_id)).scalar_one()
+            return self._position(conn, log_id, lock=False)
 
     def write(self, log: LogIdentity, records: Records, upto: int) -> None:
         """Store records and mark the log indexed up to ``upto`` (records applied), in one
@@ -404,9 +404,10 @@ class AuditIndex:
             if upto > indexed:
                 conn.execute(update(AuditLogRow).where(AuditLogRow.id == log_id).values(indexed_to=upto))
 
-    def _position(self, conn: Connection, log_id: int) -> int:
+    def _position(self, conn: Connection, log_id: int, lock: bool = True) -> int:
+        """The log's ``indexed_to``; with ``lock``, held until the transaction ends (a writer's)."""
         query = select(AuditLogRow.indexed_to).where(AuditLogRow.id == log_id)
-        if conn.dialect.name == "postgresql":
+        if lock and conn.dialect.name == "postgresql":
             query = query.with_for_update()  # SQLite's BEGIN IMMEDIATE locked the database already
         return int(conn.execute(query).scalar_one())
 
@@ -483,7 +484,7 @@ class AuditIndex:
         log_id = self.log_id(log)
         keys = sorted({subject_key(s) for s in subjects})
         with self.engine.connect() as conn:
-            end = conn.execute(select(AuditLogRow.indexed_to).where(AuditLogRow.id == log_id)).scalar_one()
+            end = self._position(conn, log_id, lock=False)
             matching = (
                 select(AuditPostingRow.first_offset)
                 .where(
