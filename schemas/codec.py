@@ -18,6 +18,7 @@ from typing import Any, cast
 from fastavro import schemaless_reader, schemaless_writer
 
 from strata.schemas.catalog import Catalog, default_catalog
+from strata.schemas.optimistic import FALLBACK, optimistic
 from strata.schemas.records import RECORD_CLASSES, BindGroup, GroupBind, Record
 
 MARKER = b"\xc3\x01"
@@ -116,12 +117,13 @@ def head_reader(
 
     It trusts what it reads as far as it reads (no trailing-bytes check): it serves messages
     the fold has decoded already."""
-    fields_at, header = _named_fields(full_name, names, catalog, whole=False)
+    read_at, header = _named_fields(full_name, names, catalog, whole=False)
+    fields_at: Callable[[bytes, int], tuple[Any, ...]] = read_at
 
     def read(data: bytes, start: int) -> tuple[Any, ...] | None:
         if data.startswith(header, start):
             try:
-                return cast(tuple[Any, ...], fields_at(data, start))
+                return fields_at(data, start)
             except _IRREGULAR:
                 pass
         return None
@@ -137,12 +139,20 @@ def fields_reader(
     not read (the same generated code checks every field and the message's end), so ``decode``
     decides about those. A fold that needs a WatchEvent's op and object alone saves building the
     record: a third of reading one."""
-    fields_of, header = _named_fields(full_name, names, catalog, whole=True)
+    full, header = _named_fields(full_name, names, catalog, whole=True)
+    fields = (catalog or default_catalog()).current(full_name).parsed["fields"]
+    # typed here, not cast per message: cast(tuple[Any, ...], ...) builds the alias every call
+    fields_of: Callable[[bytes], tuple[Any, ...]] = full
+    first: Callable[[bytes], tuple[Any, ...]] = optimistic(fields, names, HEADER_SIZE, _long) or full
 
     def read(data: bytes) -> tuple[Any, ...] | None:
         if type(data) is bytes and data.startswith(header):
             try:
-                return cast(tuple[Any, ...], fields_of(data))
+                return first(data)
+            except FALLBACK:
+                pass
+            try:
+                return fields_of(data)
             except _IRREGULAR:
                 pass
         return None
