@@ -78,10 +78,9 @@ def decode(data: bytes, catalog: Catalog | None = None) -> Record:
     catalog = catalog or default_catalog()
     reader = _fast_reader(data, catalog)
     if reader is not None and reader.record is not None:
-        try:
-            return cast(Record, reader.record(data))
-        except _IRREGULAR:
-            pass
+        record = _record(reader, data)
+        if record is not None:
+            return record
     return _as_record(*decode_datum(data, catalog))
 
 
@@ -96,13 +95,24 @@ def record_reader(catalog: Catalog | None = None) -> Callable[[bytes], Record | 
         if type(data) is bytes and data[:2] == MARKER:
             compiled = readers.get(data[2:HEADER_SIZE])  # None as well until ``decode`` has seen it
             if compiled is not None and compiled.record is not None:
-                try:
-                    return cast(Record, compiled.record(data))
-                except _IRREGULAR:
-                    pass
+                return _record(compiled, data)
         return None
 
     return read
+
+
+def _record(compiled: _Compiled, data: bytes) -> Record | None:
+    """The record the generated readers read (the optimistic one first), or None: fastavro's."""
+    if compiled.first is not None:
+        try:
+            return cast(Record, compiled.first(data))
+        except _DEFERRED:
+            pass
+    assert compiled.record is not None
+    try:
+        return cast(Record, compiled.record(data))
+    except _IRREGULAR:
+        return None
 
 
 def head_reader(
@@ -141,15 +151,16 @@ def fields_reader(
     record: a third of reading one."""
     full, header = _named_fields(full_name, names, catalog, whole=True)
     fields = (catalog or default_catalog()).current(full_name).parsed["fields"]
+    kept, tail = _returning(fields, names)
     # typed here, not cast per message: cast(tuple[Any, ...], ...) builds the alias every call
     fields_of: Callable[[bytes], tuple[Any, ...]] = full
-    first: Callable[[bytes], tuple[Any, ...]] = optimistic(fields, names, HEADER_SIZE, _long) or full
+    first: Callable[[bytes], tuple[Any, ...]] = optimistic(fields, kept, (tail, {}), HEADER_SIZE, _long) or full
 
     def read(data: bytes) -> tuple[Any, ...] | None:
         if type(data) is bytes and data.startswith(header):
             try:
                 return first(data)
-            except FALLBACK:
+            except _DEFERRED:
                 pass
             try:
                 return fields_of(data)
@@ -168,10 +179,16 @@ def _named_fields(
     buffer), and the header such a message begins with."""
     version = (catalog or default_catalog()).current(full_name)
     fields: list[dict[str, Any]] = version.parsed["fields"]
-    order = [f["name"] for f in fields]
-    upto = len(fields) if whole else max(order.index(n) for n in names) + 1
-    tail = [f"return ({', '.join(f'f{order.index(n)}' for n in names)},)"]
+    kept, tail = _returning(fields, names)
+    upto = len(fields) if whole else max(kept) + 1
     return _generate(fields[:upto], tail, {}, whole=whole), MARKER + version.fingerprint
+
+
+def _returning(fields: list[dict[str, Any]], names: tuple[str, ...]) -> tuple[set[int], list[str]]:
+    """The indexes of the fields ``names`` name, and the statement returning their locals."""
+    order = [f["name"] for f in fields]
+    at = [order.index(n) for n in names]
+    return set(at), [f"return ({', '.join(f'f{i}' for i in at)},)"]
 
 
 def decode_datum(data: bytes, catalog: Catalog | None = None) -> tuple[str, dict[str, Any]]:
@@ -352,9 +369,11 @@ class _Compiled:
     full_name: str
     datum: _Reader  # -> the fields' values in the schema's order
     record: _Reader | None  # -> the record, when a class mirrors the schema
+    first: _Reader | None = None  # ``record``'s optimistic form (raises FALLBACK), if it has one
 
 
 _IRREGULAR = (_Irregular, IndexError, UnicodeDecodeError)
+_DEFERRED = (*FALLBACK, _Irregular)  # what an optimistic reader leaves to the full one (``_long``'s too)
 # catalog -> writer fingerprint -> its reader (None: fastavro's alone). Only fingerprints the
 # catalog knows are kept: a stream of garbage messages does not grow it.
 _compiled: dict[Catalog, dict[bytes, _Compiled | None]] = {}
@@ -386,14 +405,16 @@ def _compile(catalog: Catalog, fp: bytes) -> _Compiled | None:
     locals_ = [f"f{i}" for i in range(len(fields))]
     try:
         datum = _generate(fields, [f"return ({', '.join(locals_)},)"], {})
-        record = None
+        record = first = None
         cls = RECORD_CLASSES.get(writer.full_name)
         if cls is not None and sorted(f.name for f in dataclasses.fields(cls)) == sorted(names):
-            record = _generate(fields, *_construction(cls, names, locals_))
+            construction = _construction(cls, names, locals_)
+            record = _generate(fields, *construction)
+            first = optimistic(fields, set(range(len(fields))), construction, HEADER_SIZE, _long)
     except _Irregular:
         return None
     names_ = tuple(names)
-    return _Compiled(writer.full_name, lambda data: dict(zip(names_, datum(data), strict=True)), record)
+    return _Compiled(writer.full_name, lambda data: dict(zip(names_, datum(data), strict=True)), record, first)
 
 
 def _construction(cls: type[Record], names: list[str], values: list[str]) -> tuple[list[str], dict[str, Any]]:

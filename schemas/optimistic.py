@@ -7,7 +7,7 @@ decode: most of reading a WatchEvent beyond the fold. This reader assumes the co
 checks it wholesale instead:
 
 * a string's length is one byte, even and below 0x80 (a zigzag varint of a length below 64);
-* an enum's index and a union's branch are one byte, in range;
+* an enum's index and a union's branch are one byte, in range; a map of strings is empty;
 * each run of such fields (ended by a long or a bytes field, whose bytes may be anything) is
   ASCII as a whole, so each string in it is valid UTF-8 (ASCII bytes cannot continue a
   multi-byte character);
@@ -34,26 +34,27 @@ _ONE_BYTE_SYMBOLS = 64  # an enum whose every index is a one-byte zigzag varint
 
 def optimistic(
     fields: list[dict[str, Any]],
-    names: tuple[str, ...],
+    kept: set[int],
+    tail: tuple[list[str], dict[str, Any]],
     header_size: int,
     long_at: Callable[[bytes, int], tuple[int, int]],
 ) -> Callable[[bytes], Any] | None:
-    """The reader of ``names``' values from a whole message of ``fields`` (the values as a
-    tuple, in the order of ``names``), or None where a field's type has no optimistic form.
-    ``long_at(data, pos)`` reads a varint of three bytes or more: (its value, the position after)."""
-    order = [f["name"] for f in fields]
-    source = _Source({order.index(n) for n in names})
+    """A reader of a whole message of ``fields`` into the locals f0, f1, ... (of the fields
+    ``kept``: the others are checked, not read) that ends with ``tail``'s statements (what
+    they return is the reader's; the constants they use beside them), as ``codec._generate``'s;
+    None where a field's type has no optimistic form. ``long_at(data, pos)`` reads a varint
+    of three bytes or more: (its value, the position after)."""
+    source = _Source(kept)
     try:
         for i, f in enumerate(fields):
             source.field(i, f["type"])
     except Slow:
         return None
-    returned = ", ".join(f"f{order.index(n)}" for n in names)
     lines = ["def read(data):", f"    pos = {header_size}", "    s0 = pos", *source.lines]
     lines += [f"    e{source.run} = pos", "    if pos != len(data):", "        raise Slow"]
     runs = " and ".join(f"data[s{k}:e{k}].isascii()" for k in range(source.run + 1))
-    lines += [f"    if not ({runs}):", "        raise Slow", f"    return ({returned},)"]
-    namespace: dict[str, Any] = {"Slow": Slow, "_long": long_at, **source.constants}
+    lines += [f"    if not ({runs}):", "        raise Slow", *(f"    {line}" for line in tail[0])]
+    namespace: dict[str, Any] = {"Slow": Slow, "_long": long_at, **tail[1], **source.constants}
     exec(compile("\n".join(lines) + "\n", "<strata.schemas.optimistic reader>", "exec"), namespace)
     return cast(Callable[[bytes], Any], namespace["read"])
 
@@ -109,6 +110,12 @@ class _Source:
             if target is not None:
                 add(f"{indent}{target} = {symbols}[b >> 1]")
             add(f"{indent}pos += 1")
+        elif kind == "map" and schema.get("values") == "string":
+            add(f"{indent}if data[pos]:")  # a block of entries follows: the full reader's
+            add(f"{indent}    raise Slow")
+            add(f"{indent}pos += 1")
+            if target is not None:
+                add(f"{indent}{target} = {{}}")
         elif isinstance(schema, list) and 0 < len(schema) < _ONE_BYTE_SYMBOLS:
             add(f"{indent}b = data[pos]")
             add(f"{indent}pos += 1")
@@ -118,7 +125,7 @@ class _Source:
             add(f"{indent}else:")
             add(f"{indent}    raise Slow")
         else:
-            raise Slow  # a map, a record, a logical type: the full reader alone
+            raise Slow  # a record, an array, a logical type: the full reader alone
 
     def _varint(self, target: str, indent: str) -> None:
         self.lines += [
