@@ -101,6 +101,12 @@ class CacheState:
             self.expect_offset(offset)
         return self.apply(record)
 
+    def bind_at(self, offset: int, pod: str, node: str) -> Outcome:
+        """``apply_at`` of a BIND given its pod and node: all the fold reads of one."""
+        if offset != self.version:
+            self.expect_offset(offset)
+        return self.bind(pod, node)
+
     def apply_object_at(self, offset: int, op: str, raw: bytes) -> Outcome:
         """``apply_at`` of a WatchEvent given its op and its object's bytes: all the fold reads of
         one, for a reader that does not build the record."""

@@ -14,7 +14,7 @@ from strata.log.config import Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES
 from strata.log.topics import FETCH_BYTES, TopicNames, ensure_topics, plan
-from strata.schemas import BadRecord, WatchEvent, encode
+from strata.schemas import BadRecord, Bind, WatchEvent, encode
 from tests.test_codec import ONE_OF_EACH
 
 pytestmark = pytest.mark.kafka
@@ -177,6 +177,39 @@ def test_a_feed_hands_the_fold_what_read_gives(kafka: Settings):
 
     fold, refold = CacheState(), CacheState()
     CacheLogReader(kafka).feed(fold.apply_at, fold.apply_object_at)
+    for entry in CacheLogReader(kafka).read():
+        refold.apply_at(entry.offset, entry.record)
+    assert fold.version == refold.version == len(values)
+    assert fold.snapshot().canonical_bytes() == refold.snapshot().canonical_bytes()
+
+
+def test_a_feed_hands_binds_as_their_pod_and_node_when_asked(kafka: Settings):
+    """``feed(apply_bind=...)``: each BIND as (offset, pod, node), every other record as
+    without it, a BIND that is no longer one (cut short) whole as a ``BadRecord``; the fold is
+    the same state."""
+    from strata.projector.state import CacheState
+
+    names = TopicNames(kafka.topic_prefix)
+    bind = next(r for r in LOG_RECORDS if isinstance(r, Bind))
+    values = [encode(r) for r in LOG_RECORDS] + [encode(bind)[:-1], encode(bind)]
+    raw = Producer(kafka.client_config())
+    for value in values:
+        raw.produce(names.cache_log, value)
+    assert raw.flush(10) == 0
+
+    binds: list[tuple[int, str, str]] = []
+    others: list[int] = []
+    CacheLogReader(kafka).feed(
+        lambda o, r: others.append(o), lambda o, op, obj: others.append(o), apply_bind=lambda *b: binds.append(b)
+    )
+    at = [i for i, r in enumerate(LOG_RECORDS) if isinstance(r, Bind)] + [len(values) - 1]
+    assert binds == [
+        (i, bind.pod, bind.node) if i == len(values) - 1 else (i, LOG_RECORDS[i].pod, LOG_RECORDS[i].node) for i in at
+    ]  # type: ignore[union-attr]
+    assert sorted(others + [o for o, _, _ in binds]) == list(range(len(values)))
+
+    fold, refold = CacheState(), CacheState()
+    CacheLogReader(kafka).feed(fold.apply_at, fold.apply_object_at, apply_bind=fold.bind_at)
     for entry in CacheLogReader(kafka).read():
         refold.apply_at(entry.offset, entry.record)
     assert fold.version == refold.version == len(values)
