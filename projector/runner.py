@@ -126,7 +126,14 @@ class LogRunner:
     def state_at(self, end: int) -> CacheState:
         """The state after records 0..end-1: a checkpoint at or below ``end`` plus the tail."""
         state = self.restore(at_or_below=end)
-        self.reader.feed(state.apply_at, state.apply_object_at, start=state.version, end=end, apply_bind=state.bind_at)
+        self.reader.feed(
+            state.apply_at,
+            state.apply_object_at,
+            start=state.version,
+            end=end,
+            apply_bind=state.bind_at,
+            apply_succeeded=state.succeeded_at,
+        )
         state.expect_offset(end)
         return state
 

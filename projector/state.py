@@ -107,6 +107,12 @@ class CacheState:
             self.expect_offset(offset)
         return self.bind(pod, node)
 
+    def succeeded_at(self, offset: int, _pod: str) -> Outcome:
+        """``apply_at`` of a BIND_SUCCEEDED given its pod: a version, no change."""
+        if offset != self.version:
+            self.expect_offset(offset)
+        return self.informational()
+
     def apply_object_at(self, offset: int, op: str, raw: bytes) -> Outcome:
         """``apply_at`` of a WatchEvent given its op and its object's bytes: all the fold reads of
         one, for a reader that does not build the record."""
@@ -139,6 +145,8 @@ class CacheState:
             return self.apply_object(record.op, record.object)
         if isinstance(record, Bind):
             return self.bind(record.pod, record.node)
+        if isinstance(record, (BindSucceeded, EvictSucceeded)):  # as common as BIND: tested early
+            return self.informational()
         if isinstance(record, BindGroup):
             return self.bind_group([(b.pod, b.node) for b in record.binds])
         if isinstance(record, BindFailed):
@@ -149,8 +157,6 @@ class CacheState:
             return self.evict_failed(record.pod, record.evict_offset)
         if isinstance(record, Synced):
             return self.mark_synced(record.kind)
-        if isinstance(record, (BindSucceeded, EvictSucceeded)):
-            return self.informational()
         if isinstance(record, BadRecord):
             return self.apply_bad(record.error)
         return self.apply_bad(f"unknown record {type(record).__name__}")

@@ -14,7 +14,7 @@ from strata.log.config import Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES
 from strata.log.topics import FETCH_BYTES, TopicNames, ensure_topics, plan
-from strata.schemas import BadRecord, Bind, WatchEvent, encode
+from strata.schemas import BadRecord, Bind, BindSucceeded, WatchEvent, encode
 from tests.test_codec import ONE_OF_EACH
 
 pytestmark = pytest.mark.kafka
@@ -185,8 +185,8 @@ def test_a_feed_hands_the_fold_what_read_gives(kafka: Settings):
 
 def test_a_feed_hands_binds_as_their_pod_and_node_when_asked(kafka: Settings):
     """``feed(apply_bind=...)``: each BIND as (offset, pod, node), every other record as
-    without it, a BIND that is no longer one (cut short) whole as a ``BadRecord``; the fold is
-    the same state."""
+    without it, a BIND that is no longer one (cut short) whole as a ``BadRecord``;
+    ``apply_succeeded``: each BIND_SUCCEEDED as (offset, pod). The fold is the same state."""
     from strata.projector.state import CacheState
 
     names = TopicNames(kafka.topic_prefix)
@@ -208,8 +208,17 @@ def test_a_feed_hands_binds_as_their_pod_and_node_when_asked(kafka: Settings):
     ]  # type: ignore[union-attr]
     assert sorted(others + [o for o, _, _ in binds]) == list(range(len(values)))
 
+    succeeded: list[tuple[int, str]] = []
+    CacheLogReader(kafka).feed(
+        lambda o, r: None, lambda o, op, obj: None, apply_succeeded=lambda *s: succeeded.append(s)
+    )
+    assert succeeded == [(i, r.pod) for i, r in enumerate(LOG_RECORDS) if isinstance(r, BindSucceeded)]
+    assert succeeded
+
     fold, refold = CacheState(), CacheState()
-    CacheLogReader(kafka).feed(fold.apply_at, fold.apply_object_at, apply_bind=fold.bind_at)
+    CacheLogReader(kafka).feed(
+        fold.apply_at, fold.apply_object_at, apply_bind=fold.bind_at, apply_succeeded=fold.succeeded_at
+    )
     for entry in CacheLogReader(kafka).read():
         refold.apply_at(entry.offset, entry.record)
     assert fold.version == refold.version == len(values)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard, cast
 
@@ -31,7 +31,7 @@ from strata.log.topics import (
 )
 from strata.schemas import BadRecord, CodecError, LogRecord, decode, encode
 from strata.schemas.codec import fields_reader, record_reader
-from strata.schemas.records import RECORD_CLASSES, Bind, Record, WatchEvent
+from strata.schemas.records import RECORD_CLASSES, Bind, BindSucceeded, Record, WatchEvent
 
 Headers = list[tuple[str, str | bytes | None]]  # as the producer takes them; Strata's are bytes
 _NOT_YET = frozenset(  # answers about a topic that a broker does not fully know yet
@@ -310,15 +310,24 @@ class CacheLogReader:
         end: int | None = None,
         timeout_s: float = 10.0,
         apply_bind: Callable[[int, str, str], object] | None = None,
+        apply_succeeded: Callable[[int, str], object] | None = None,
     ) -> None:
         """Hand the records with offsets in [start, end) to a fold, in order: a WatchEvent as its
         op and object's bytes (``apply_object``), any other record whole (``apply``), a bad
         message as ``read`` does (counted, quarantined, a ``BadRecord``). A fold that needs no
         more than that is spared the record, the entry and a generator step per record: a sixth
         of reading the log. With ``apply_bind``, a BIND goes to it as its pod and node alone
-        (all the fold reads of one): a third of the log's records, spared theirs too."""
+        (all the fold reads of one), and with ``apply_succeeded`` a BIND_SUCCEEDED as its pod:
+        together a third of the log's records, spared theirs too."""
         watch = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
-        binds = (fields_reader(Bind.SCHEMA, ("pod", "node")), apply_bind) if apply_bind is not None else None
+        binds = [
+            (fields_reader(record.SCHEMA, names), apply)
+            for record, names, apply in (
+                (Bind, ("pod", "node"), apply_bind),
+                (BindSucceeded, ("pod",), apply_succeeded),
+            )
+            if apply is not None
+        ]
 
         def watched(offset: int, _msg: Message, op: str, raw: bytes) -> None:
             apply_object(offset, op, raw)
@@ -380,12 +389,12 @@ class CacheLogReader:
         watch: Callable[[bytes], tuple[Any, ...] | None],
         watched: Callable[..., object],
         entered: Callable[[LogEntry], object],
-        binds: tuple[Callable[[bytes], tuple[Any, ...] | None], Callable[..., object]] | None = None,
+        shortcuts: Sequence[tuple[Callable[[bytes], tuple[Any, ...] | None], Callable[..., object]]] = (),
     ) -> None:
-        """Each message of ``batch`` to ``watched`` (a WatchEvent ``watch`` reads), to the second
-        of ``binds`` (a BIND its first reads, if given) or to ``entered`` (counted, a bad one
-        quarantined), as ``_entries`` reads them: with its common cases inlined, since this loop
-        runs per record."""
+        """Each message of ``batch`` to ``watched`` (a WatchEvent ``watch`` reads), to the
+        callback of the first of ``shortcuts`` whose reader reads it, or to ``entered`` (counted,
+        a bad one quarantined), as ``_entries`` reads them: with its common cases inlined, since
+        this loop runs per record."""
         fast = record_reader()
         stats = self.stats
         for msg in batch:
@@ -396,9 +405,15 @@ class CacheLogReader:
                     stats.records += 1
                     watched(offset, msg, *head)
                     continue
-                if binds is not None and (pair := binds[0](value)) is not None:
-                    stats.records += 1
-                    binds[1](offset, *pair)
+                taken = False
+                for read, apply in shortcuts:
+                    fields = read(value)
+                    if fields is not None:
+                        stats.records += 1
+                        apply(offset, *fields)
+                        taken = True
+                        break
+                if taken:
                     continue
                 record = fast(value)
                 if record is not None and type(record) in _LOG_CLASSES:
