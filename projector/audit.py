@@ -118,14 +118,15 @@ def context(state: CacheState, record: LogRecord) -> PodContext | tuple[PodConte
     if type(record) is WatchEvent:  # most records: the cheapest test first
         return None
     if type(record) is BindGroup:
-        return tuple(_pod_context(state, b.pod) for b in record.binds)
+        return tuple(pod_context(state, b.pod) for b in record.binds)
     uid = getattr(record, "pod", None)
     if uid is None:
         return None
-    return _pod_context(state, uid)
+    return pod_context(state, uid)
 
 
-def _pod_context(state: CacheState, uid: str) -> PodContext:
+def pod_context(state: CacheState, uid: str) -> PodContext:
+    """``context`` of a record naming the pod ``uid`` (for a reader that does not build the record)."""
     key = state.pod_uids.get(uid)
     task = state.tasks.get(uid)
     if key is None:

@@ -37,7 +37,7 @@ from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig
 from strata.projector.statedigest import SETTLE_EVERY
 from strata.projector.writer import Job, Stored, Writer, write_checkpoint
-from strata.schemas import WatchEvent
+from strata.schemas import Bind, BindSucceeded, WatchEvent
 
 LOG = logging.getLogger("strata.projector")
 # A follower looks at its writer (a waitpid) and at what falls due every TEND_EVERY records, not
@@ -228,6 +228,16 @@ class LogRunner:
             if state.version >= run.due_at:
                 between(False)
 
+        def bound(offset: int, msg: Message, pod: str, node: str) -> None:
+            run.apply_bind(offset, msg, pod, node)
+            if state.version >= run.due_at:
+                between(False)
+
+        def succeeded(offset: int, msg: Message, pod: str) -> None:
+            run.apply_succeeded(offset, msg, pod)
+            if state.version >= run.due_at:
+                between(False)
+
         def entered(entry: LogEntry | None) -> None:
             nonlocal idle_at
             if entry is not None:
@@ -239,7 +249,8 @@ class LogRunner:
                 LOG.info("idle at version %d", state.version)
             between(entry is None)
 
-        self.reader.follow_feed(state.version, stop, watched, entered, ("kind", "op", "object"))
+        shortcuts = ((Bind, ("pod", "node"), bound), (BindSucceeded, ("pod",), succeeded))
+        self.reader.follow_feed(state.version, stop, watched, entered, ("kind", "op", "object"), shortcuts=shortcuts)
 
 
 class SnapshotOnRequest:
@@ -393,6 +404,34 @@ class _Following:
         if outcome.result == "bad":
             self.progress.bad += 1
         FOLLOWING.applied_watch(offset, stamp, op, kind)
+        self.progress.version = state.version
+
+    def apply_bind(self, offset: int, msg: Message, pod: str, node: str) -> None:
+        """``apply`` of a BIND read as its pod and node (``follow_feed``'s shortcut)."""
+        state = self.state
+        feed = self.feed
+        stamp = msg.timestamp()[1]
+        if feed is None:
+            state.bind_at(offset, pod, node)
+        else:
+            ctx = audit.pod_context(state, pod)
+            outcome = state.bind_at(offset, pod, node)
+            feed.add(offset, stamp, cast(bytes, msg.value()), outcome, ctx, None)
+        FOLLOWING.applied_watch(offset, stamp, "BIND", "Pod")
+        self.progress.version = state.version
+
+    def apply_succeeded(self, offset: int, msg: Message, pod: str) -> None:
+        """``apply`` of a BIND_SUCCEEDED read as its pod (``follow_feed``'s shortcut)."""
+        state = self.state
+        feed = self.feed
+        stamp = msg.timestamp()[1]
+        if feed is None:
+            state.succeeded_at(offset, pod)
+        else:
+            ctx = audit.pod_context(state, pod)
+            outcome = state.succeeded_at(offset, pod)
+            feed.add(offset, stamp, cast(bytes, msg.value()), outcome, ctx, None)
+        FOLLOWING.applied_watch(offset, stamp, "BIND_SUCCEEDED", "Pod")
         self.progress.version = state.version
 
     def _next_due(self, version: int) -> int:

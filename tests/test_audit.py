@@ -155,3 +155,46 @@ def test_snapshot_at_a_time(kafka: Settings, tmp_path: Path):
     assert json.loads(before.stdout)["version"] == 0
     bad = run("snapshot", "--at", "yesterday", env=env)
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "ISO-8601" in bad.stderr
+
+
+def test_the_index_project_leaves_is_a_plain_folds_byte_for_byte(kafka: Settings, tmp_path: Path):
+    """`strata project` reads BINDs and BIND_SUCCEEDEDs as a few fields and watch events without
+    records, the pod contexts taken on the way: its index is the one a plain fold of the records
+    ``read`` gives (``audit.context`` before each, ``AuditIndex.write`` of them all), byte for byte."""
+    import io
+
+    from strata.gen import generate
+    from strata.log.cachelog import CacheLogReader
+    from strata.projector import audit
+    from strata.projector.auditstore import AuditIndex, Records
+    from strata.projector.auditwriter import value_of
+    from strata.projector.checkpoint import LogIdentity
+    from strata.projector.sqlstore import SqlCheckpointStore
+    from tests.test_audit_store import _stored
+
+    trace = tmp_path / "generated.jsonl"
+    out = io.BytesIO()
+    generate(out, nodes=30, pods=600, seed=3)
+    trace.write_bytes(out.getvalue())
+    publish_trace(kafka, trace)
+    env = {**env_of(kafka), "STRATA_DB_URL": f"sqlite:///{tmp_path / 'p.db'}"}
+    done = run("project", "--stop-at-end", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+    state = CacheState()
+    kept, subjects, types = [], [], Counter()
+    for entry in CacheLogReader(kafka).read():
+        ctx = audit.context(state, entry.record)
+        outcome = state.apply_at(entry.offset, entry.record)
+        kept.append(audit.Kept(entry.offset, entry.timestamp_ms, value_of(entry), outcome, ctx))
+        subjects.append(audit.subjects(entry.record, ctx, state.last_object))
+        types[entry.record.TYPE] += 1
+    assert types["BIND"] > 100 and types["BIND_SUCCEEDED"] > 100
+    once = SqlCheckpointStore(f"sqlite:///{tmp_path / 'once.db'}")
+    projected = SqlCheckpointStore(env["STRATA_DB_URL"])
+    try:
+        AuditIndex(once.engine).write(LogIdentity("t", "c", "f"), Records.of(kept, subjects), state.version)
+        assert _stored(projected) == _stored(once)
+    finally:
+        once.close()
+        projected.close()

@@ -320,14 +320,12 @@ class CacheLogReader:
         (all the fold reads of one), and with ``apply_succeeded`` a BIND_SUCCEEDED as its pod:
         together a third of the log's records, spared theirs too."""
         watch = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
-        binds = [
-            (fields_reader(record.SCHEMA, names), apply)
-            for record, names, apply in (
-                (Bind, ("pod", "node"), apply_bind),
-                (BindSucceeded, ("pod",), apply_succeeded),
-            )
-            if apply is not None
-        ]
+        shortcuts: list[Shortcut] = []
+        if apply_bind is not None:
+            shortcuts.append((Bind, ("pod", "node"), lambda offset, _msg, pod, node: apply_bind(offset, pod, node)))
+        if apply_succeeded is not None:
+            shortcuts.append((BindSucceeded, ("pod",), lambda offset, _msg, pod: apply_succeeded(offset, pod)))
+        binds = _readers(shortcuts)
 
         def watched(offset: int, _msg: Message, op: str, raw: bytes) -> None:
             apply_object(offset, op, raw)
@@ -365,17 +363,20 @@ class CacheLogReader:
         entered: Callable[[LogEntry | None], object],
         names: tuple[str, ...] = ("kind", "op", "object"),
         tick_s: float = 0.5,
+        shortcuts: Sequence[Shortcut] = (),
     ) -> None:
         """``follow`` handing the records to a fold as ``feed`` does, until ``stop`` is set: a
-        WatchEvent to ``watched(offset, message, *values of names)``, any other record (or a bad
-        message) as an entry to ``entered``, and None to ``entered`` when idle for a tick. A
-        follower that needs no more of a WatchEvent is spared its record and entry."""
+        WatchEvent to ``watched(offset, message, *values of names)``, a record of a class
+        ``shortcuts`` names to its callback as ``(offset, message, *values of its names)``, any
+        other record (or a bad message) as an entry to ``entered``, and None to ``entered`` when
+        idle for a tick. A follower that needs no more of a record is spared the record and entry."""
         watch = fields_reader(WatchEvent.SCHEMA, names)
+        readers = _readers(shortcuts)
         batches = self._followed(start, stop, tick_s)
         try:
             for batch in batches:
                 if batch:
-                    self._fed(batch, watch, watched, entered)
+                    self._fed(batch, watch, watched, entered, readers)
                 else:
                     entered(None)
         finally:
@@ -410,7 +411,7 @@ class CacheLogReader:
                     fields = read(value)
                     if fields is not None:
                         stats.records += 1
-                        apply(offset, *fields)
+                        apply(offset, msg, *fields)
                         taken = True
                         break
                 if taken:
@@ -628,6 +629,17 @@ def is_log_record(record: Record) -> TypeGuard[LogRecord]:
 
 
 # is_log_record's answer for each record class: a set lookup per message instead of a call
+# A record class a fold reads as a few of its fields, the fields' names, and the callback given
+# (offset, message, *their values) instead of an entry (``feed``, ``follow_feed``).
+Shortcut = tuple[type[Record], tuple[str, ...], Callable[..., object]]
+
+
+def _readers(
+    shortcuts: Sequence[Shortcut],
+) -> list[tuple[Callable[[bytes], tuple[Any, ...] | None], Callable[..., object]]]:
+    return [(fields_reader(cls.SCHEMA, names), apply) for cls, names, apply in shortcuts]
+
+
 _LOG_CLASSES = frozenset(cls for cls in RECORD_CLASSES.values() if cls.SCHEMA.startswith("strata.log."))
 
 

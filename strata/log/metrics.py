@@ -36,7 +36,8 @@ class Following:
         self.appended_ms = timestamp_ms
 
     def applied_watch(self, offset: int, timestamp_ms: int, op: str, kind: str) -> None:
-        """``applied_entry`` of a WatchEvent given its op and kind (the record was not built)."""
+        """``applied_entry`` of a WatchEvent given its op and kind, or of another record given its
+        type and "Pod" (the record was not built)."""
         self.applied[op, kind] += 1
         self.version = offset + 1
         self.appended_ms = timestamp_ms
