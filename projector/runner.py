@@ -34,7 +34,7 @@ from strata.projector.gctune import FREEZE_EVERY, freeze_kept
 from strata.projector.kinds import KIND_NAMES
 from strata.projector.release import Release
 from strata.projector.snapshot import Snapshot
-from strata.projector.state import CacheState, FoldConfig
+from strata.projector.state import CacheState, FoldConfig, Outcome
 from strata.projector.statedigest import SETTLE_EVERY
 from strata.projector.writer import Job, Stored, Writer, write_checkpoint
 from strata.schemas import Bind, BindSucceeded, WatchEvent
@@ -229,12 +229,12 @@ class LogRunner:
                 between(False)
 
         def bound(offset: int, msg: Message, pod: str, node: str) -> None:
-            run.apply_bind(offset, msg, pod, node)
+            run.apply_named(offset, msg, "BIND", state.bind_at, pod, node)
             if state.version >= run.due_at:
                 between(False)
 
         def succeeded(offset: int, msg: Message, pod: str) -> None:
-            run.apply_succeeded(offset, msg, pod)
+            run.apply_named(offset, msg, "BIND_SUCCEEDED", state.succeeded_at, pod)
             if state.version >= run.due_at:
                 between(False)
 
@@ -406,32 +406,22 @@ class _Following:
         FOLLOWING.applied_watch(offset, stamp, op, kind)
         self.progress.version = state.version
 
-    def apply_bind(self, offset: int, msg: Message, pod: str, node: str) -> None:
-        """``apply`` of a BIND read as its pod and node (``follow_feed``'s shortcut)."""
+    def apply_named(
+        self, offset: int, msg: Message, type_: str, fold: Callable[..., Outcome], pod: str, *rest: str
+    ) -> None:
+        """``apply`` of a scheduler record read as its pod and the ``rest`` of the fields the
+        fold reads (``follow_feed``'s shortcuts): ``fold(offset, pod, *rest)`` is the state's
+        method for its type (``CacheState.bind_at``), the pod's context taken first, as ``apply``
+        takes it."""
         state = self.state
         feed = self.feed
         stamp = msg.timestamp()[1]
         if feed is None:
-            state.bind_at(offset, pod, node)
+            fold(offset, pod, *rest)
         else:
             ctx = audit.pod_context(state, pod)
-            outcome = state.bind_at(offset, pod, node)
-            feed.add(offset, stamp, cast(bytes, msg.value()), outcome, ctx, None)
-        FOLLOWING.applied_watch(offset, stamp, "BIND", "Pod")
-        self.progress.version = state.version
-
-    def apply_succeeded(self, offset: int, msg: Message, pod: str) -> None:
-        """``apply`` of a BIND_SUCCEEDED read as its pod (``follow_feed``'s shortcut)."""
-        state = self.state
-        feed = self.feed
-        stamp = msg.timestamp()[1]
-        if feed is None:
-            state.succeeded_at(offset, pod)
-        else:
-            ctx = audit.pod_context(state, pod)
-            outcome = state.succeeded_at(offset, pod)
-            feed.add(offset, stamp, cast(bytes, msg.value()), outcome, ctx, None)
-        FOLLOWING.applied_watch(offset, stamp, "BIND_SUCCEEDED", "Pod")
+            feed.add(offset, stamp, cast(bytes, msg.value()), fold(offset, pod, *rest), ctx, None)
+        FOLLOWING.applied_watch(offset, stamp, type_, "Pod")
         self.progress.version = state.version
 
     def _next_due(self, version: int) -> int:
