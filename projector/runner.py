@@ -501,6 +501,12 @@ class _Following:
             if job.stored is not None:
                 _export_checkpoint(job.stored)
 
+    def _superseded(self) -> bool:
+        """Whether the checkpoint being written is older than the one ``finish`` writes next."""
+        pending = self.writer.pending
+        drained = self.feed is None or not self.feed.backlog  # else no final checkpoint follows
+        return pending is not None and pending < self.state.version and drained
+
     def finish(self) -> None:
         """Wait for the writers, then write a checkpoint at the final version, once the audit
         index holds it: a checkpoint ahead of the index would be restored from by nobody."""
@@ -509,7 +515,11 @@ class _Following:
         drained = self.feed.drain(timeout_s=DRAIN_S) if self.feed is not None else 0.0
         self.progress.writer_waits_s += drained
         if self.writer.busy:
-            self._collected(*self.writer.wait(), time.monotonic())
+            done = self.writer.collect()
+            if done is None and self._superseded():
+                self.writer.abandon()  # the final checkpoint need not wait for an older one (1-2 s)
+            else:
+                self._collected(*(done or self.writer.wait()), time.monotonic())
         if self.feed is not None:
             self.feed.close()
             if self.feed.backlog:

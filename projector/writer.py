@@ -155,6 +155,23 @@ class Writer:
         _, status = os.waitpid(self._pid, 0)
         return self._finished(status)
 
+    @property
+    def pending(self) -> int | None:
+        """The version of the checkpoint being written, or None."""
+        return self._job.version if self._job is not None else None
+
+    def abandon(self) -> None:
+        """Kill the child writing a checkpoint a newer one supersedes (the last, written here):
+        its transaction is rolled back, as a killed projector's child's is, and the store keeps
+        the checkpoints it held."""
+        assert self._pid is not None and self._job is not None and self._report is not None
+        os.kill(self._pid, signal.SIGKILL)
+        os.waitpid(self._pid, 0)
+        os.close(self._report)
+        LOG.info("the checkpoint at version %d left unwritten: a newer one follows", self._job.version)
+        self._job.snapshot = None
+        self._pid = self._job = self._report = None
+
     def write_here(self, state: CacheState) -> tuple[Job, bool]:
         """The same write in this process (the last one, when nothing folds any more)."""
         job = Job(state.version)

@@ -143,3 +143,34 @@ def test_the_digest_check_sees_a_checkpoint_rendered_from_the_wrong_fragments(tm
     assert second.stored is not None and second.stored.rendered_from == first.version
     newest = writer.store.list(LOG)[-1]
     assert newest.digest != replay_file(TRACE, until=newest.version)[0].snapshot().digest()
+
+
+class _SlowChild(SqlCheckpointStore):
+    """A store whose saves take 2 s in a forked child, none in the process that made it."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.parent = os.getpid()
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        if os.getpid() != self.parent:
+            time.sleep(2)
+        super().save(checkpoint)
+
+
+def test_an_abandoned_checkpoint_is_never_stored_and_the_next_one_is(tmp_path: Path) -> None:
+    """``finish`` abandons a checkpoint older than the final one: the child is killed before
+    it stores anything, and the final checkpoint is the store's newest (and only) one."""
+    lines = [line for _, line in split_lines(TRACE.read_bytes())]
+    older, _ = replay_bytes(b"\n".join(lines[: len(lines) // 2]))
+    final, _ = replay_file(TRACE)
+    assert older.version < final.version
+    writer, store = _writer(tmp_path, _SlowChild(f"sqlite:///{tmp_path / 'cp.db'}"))
+    writer.start(older)
+    assert writer.busy and writer.pending == older.version
+    writer.abandon()
+    assert not writer.busy and writer.pending is None
+    job, ok = writer.write_here(final)
+    assert ok and job.version == final.version
+    time.sleep(2.5)  # a child left alive would have stored its checkpoint by now
+    assert [c.version for c in store.list(LOG)] == [final.version]
