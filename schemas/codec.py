@@ -369,7 +369,7 @@ class _Compiled:
     full_name: str
     datum: _Reader  # -> the fields' values in the schema's order
     record: _Reader | None  # -> the record, when a class mirrors the schema
-    first: _Reader | None = None  # ``record``'s optimistic form (raises FALLBACK), if it has one
+    first: _Reader | None = None  # ``record``'s optimistic form (raises _DEFERRED), if it has one
 
 
 _IRREGULAR = (_Irregular, IndexError, UnicodeDecodeError)
