@@ -1,4 +1,4 @@
-"""The optimistic reader of a whole message: the first try of ``codec.fields_reader``.
+"""The optimistic reader of a whole message: the first try of ``codec``'s field and record readers.
 
 Before its object, a cache-log message holds short ASCII strings (a kind, a namespace, a name, a
 uid, a resource version), each with a length of one byte. The generated full reader
@@ -13,9 +13,10 @@ checks it wholesale instead:
   multi-byte character);
 * the message ends where its last field does. Positions only grow, so no field overran it.
 
-Anything else raises (``FALLBACK``) and the full reader decides afresh, so whatever this one
-returns is what the full reader returns for the same bytes; tests/test_codec_optimistic.py holds
-the two equal over every message of the conformance traces and thousands of mutations of them.
+Anything else raises (``FALLBACK``, or the long reader's own error) and the full reader decides
+afresh, so whatever this one returns is what the full reader returns for the same bytes;
+tests/test_codec_optimistic.py holds the two equal over every message of the conformance traces
+and thousands of mutations of them.
 """
 
 from __future__ import annotations
