@@ -18,7 +18,7 @@ from typing import Any, cast
 from fastavro import schemaless_reader, schemaless_writer
 
 from strata.schemas.catalog import Catalog, default_catalog
-from strata.schemas.optimistic import FALLBACK, optimistic
+from strata.schemas.optimistic import FALLBACK, optimistic, varint_lines
 from strata.schemas.records import RECORD_CLASSES, BindGroup, GroupBind, Record
 
 MARKER = b"\xc3\x01"
@@ -318,20 +318,7 @@ class _Source:
             raise _Irregular  # a type Strata's schemas do not use (int, a logical type, ...): fastavro's
 
     def _varint(self, target: str, indent: str) -> None:
-        # Two bytes inline as well: the length of every object the log carries (64 bytes to 8 KiB)
-        # would otherwise cost a call of ``_long``, a tenth of reading a watch event.
-        self.lines += [
-            f"{indent}b = data[pos]",
-            f"{indent}if b < 0x80:",
-            f"{indent}    {target} = (b >> 1) ^ -(b & 1)",
-            f"{indent}    pos += 1",
-            f"{indent}elif data[pos + 1] < 0x80:",
-            f"{indent}    b = (b & 0x7F) | (data[pos + 1] << 7)",
-            f"{indent}    {target} = (b >> 1) ^ -(b & 1)",
-            f"{indent}    pos += 2",
-            f"{indent}else:",
-            f"{indent}    {target}, pos = _long(data, pos)",
-        ]
+        self.lines += varint_lines(target, indent)
 
 
 _Reader = Callable[[bytes], Any]

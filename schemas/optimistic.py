@@ -129,18 +129,26 @@ class _Source:
             raise Slow  # a record, an array, a logical type: the full reader alone
 
     def _varint(self, target: str, indent: str) -> None:
-        self.lines += [
-            f"{indent}b = data[pos]",
-            f"{indent}if b < 0x80:",
-            f"{indent}    {target} = (b >> 1) ^ -(b & 1)",
-            f"{indent}    pos += 1",
-            f"{indent}elif data[pos + 1] < 0x80:",
-            f"{indent}    b = (b & 0x7F) | (data[pos + 1] << 7)",
-            f"{indent}    {target} = (b >> 1) ^ -(b & 1)",
-            f"{indent}    pos += 2",
-            f"{indent}else:",
-            f"{indent}    {target}, pos = _long(data, pos)",
-        ]
+        self.lines += varint_lines(target, indent)
+
+
+def varint_lines(target: str, indent: str) -> list[str]:
+    """Source that reads a zigzag varint at ``pos`` into ``target`` and moves ``pos`` past it:
+    one or two bytes inline, more through ``_long`` (the full generated reader's too)."""
+    # Two bytes inline as well: the length of every object the log carries (64 bytes to 8 KiB)
+    # would otherwise cost a call of ``_long``, a tenth of reading a watch event.
+    return [
+        f"{indent}b = data[pos]",
+        f"{indent}if b < 0x80:",
+        f"{indent}    {target} = (b >> 1) ^ -(b & 1)",
+        f"{indent}    pos += 1",
+        f"{indent}elif data[pos + 1] < 0x80:",
+        f"{indent}    b = (b & 0x7F) | (data[pos + 1] << 7)",
+        f"{indent}    {target} = (b >> 1) ^ -(b & 1)",
+        f"{indent}    pos += 2",
+        f"{indent}else:",
+        f"{indent}    {target}, pos = _long(data, pos)",
+    ]
 
 
 def _kind(schema: Any) -> Any:
