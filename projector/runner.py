@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from strata.digests import DigestReporter
 from strata.health import Health
-from strata.log.cachelog import CacheLogReader, LogEntry, Publisher
+from strata.log.cachelog import BIND_FIELDS, SUCCEEDED_FIELDS, CacheLogReader, LogEntry, Publisher
 from strata.log.config import Settings
 from strata.log.metrics import FOLLOWING
 from strata.projector import audit, statecodec
@@ -37,7 +37,7 @@ from strata.projector.snapshot import Snapshot
 from strata.projector.state import CacheState, FoldConfig, Outcome
 from strata.projector.statedigest import SETTLE_EVERY
 from strata.projector.writer import Job, Stored, Writer, write_checkpoint
-from strata.schemas import Bind, BindSucceeded, WatchEvent
+from strata.schemas import WatchEvent
 
 LOG = logging.getLogger("strata.projector")
 # A follower looks at its writer (a waitpid) and at what falls due every TEND_EVERY records, not
@@ -249,7 +249,7 @@ class LogRunner:
                 LOG.info("idle at version %d", state.version)
             between(entry is None)
 
-        shortcuts = ((Bind, ("pod", "node"), bound), (BindSucceeded, ("pod",), succeeded))
+        shortcuts = ((*BIND_FIELDS, bound), (*SUCCEEDED_FIELDS, succeeded))
         self.reader.follow_feed(state.version, stop, watched, entered, ("kind", "op", "object"), shortcuts=shortcuts)
 
 

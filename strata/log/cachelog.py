@@ -322,10 +322,10 @@ class CacheLogReader:
         watch = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
         shortcuts: list[Shortcut] = []
         if apply_bind is not None:
-            shortcuts.append((Bind, ("pod", "node"), lambda offset, _msg, pod, node: apply_bind(offset, pod, node)))
+            shortcuts.append((*BIND_FIELDS, lambda offset, _msg, pod, node: apply_bind(offset, pod, node)))
         if apply_succeeded is not None:
-            shortcuts.append((BindSucceeded, ("pod",), lambda offset, _msg, pod: apply_succeeded(offset, pod)))
-        binds = _readers(shortcuts)
+            shortcuts.append((*SUCCEEDED_FIELDS, lambda offset, _msg, pod: apply_succeeded(offset, pod)))
+        readers = _readers(shortcuts)
 
         def watched(offset: int, _msg: Message, op: str, raw: bytes) -> None:
             apply_object(offset, op, raw)
@@ -335,7 +335,7 @@ class CacheLogReader:
 
         try:
             for batch in self._batches(start, end, timeout_s):
-                self._fed(batch, watch, watched, entered, binds)
+                self._fed(batch, watch, watched, entered, readers)
         finally:
             if self._quarantine is not None:
                 self._quarantine.flush()
@@ -632,6 +632,8 @@ def is_log_record(record: Record) -> TypeGuard[LogRecord]:
 # A record class a fold reads as a few of its fields, the fields' names, and the callback given
 # (offset, message, *their values) instead of an entry (``feed``, ``follow_feed``).
 Shortcut = tuple[type[Record], tuple[str, ...], Callable[..., object]]
+BIND_FIELDS = (Bind, ("pod", "node"))  # all a fold reads of a BIND
+SUCCEEDED_FIELDS = (BindSucceeded, ("pod",))  # of a BIND_SUCCEEDED, what its audit needs
 
 
 def _readers(
