@@ -18,7 +18,7 @@ from typing import Any, cast
 from fastavro import schemaless_reader, schemaless_writer
 
 from strata.schemas.catalog import Catalog, default_catalog
-from strata.schemas.optimistic import FALLBACK, optimistic, varint_lines
+from strata.schemas.optimistic import FALLBACK, Guard, optimistic, varint_lines
 from strata.schemas.records import RECORD_CLASSES, BindGroup, GroupBind, Record
 
 MARKER = b"\xc3\x01"
@@ -154,21 +154,17 @@ def fields_reader(
     kept, tail = _returning(fields, names)
     # typed here, not cast per message: cast(tuple[Any, ...], ...) builds the alias every call
     fields_of: Callable[[bytes], tuple[Any, ...]] = full
-    first: Callable[[bytes], tuple[Any, ...]] = optimistic(fields, kept, (tail, {}), HEADER_SIZE, _long) or full
 
     def read(data: bytes) -> tuple[Any, ...] | None:
         if type(data) is bytes and data.startswith(header):
-            try:
-                return first(data)
-            except _DEFERRED:
-                pass
             try:
                 return fields_of(data)
             except _IRREGULAR:
                 pass
         return None
 
-    return read
+    guarded = optimistic(fields, kept, (tail, {}), HEADER_SIZE, _long, Guard(header, read, _DEFERRED))
+    return cast(Callable[[bytes], tuple[Any, ...] | None], guarded) if guarded is not None else read
 
 
 def _named_fields(
