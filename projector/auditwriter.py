@@ -54,7 +54,7 @@ from strata.projector.audit import WATCH_SUBJECT_FIELDS, Context, PodRefs, subje
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records, context_of, plain_context
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.release import Release
-from strata.projector.state import Outcome
+from strata.projector.state import APPLIED, Outcome
 from strata.projector.writer import die_with, step_aside
 from strata.schemas import BadRecord, WatchEvent, decode, encode
 from strata.schemas.codec import head_reader, record_reader
@@ -78,6 +78,8 @@ _PREFIX = 2 * _LENGTH  # a frame's head's length, then its messages'
 _IOV_MAX = 1024  # buffers one writev takes (Linux's UIO_MAXIOV)
 _ACK = 8
 _encode = msgspec.msgpack.Encoder().encode
+# keeps one record for the index: (offset, time_ms, message, outcome, pod context, pod refs)
+Keep = Callable[[int, int, bytes, Outcome, Context, PodRefs], None]
 _decode = msgspec.msgpack.Decoder().decode
 
 
@@ -155,20 +157,33 @@ class Packer:
 
     def __init__(self) -> None:
         self.first = -1
+        # Filled by ``adder``'s closure and emptied in place by ``seal``: the closure holds them.
         self.values: list[bytes] = []
         self.stamps = array("q")
         self.refs: list[PodRefs] = []
         self.exceptions: list[tuple[int, str, str, Any]] = []
 
-    def add(self, offset: int, time_ms: int, value: bytes, outcome: Outcome, ctx: Context, refs: PodRefs) -> None:
-        values = self.values
-        if not values:
-            self.first = offset
-        if ctx is not None or outcome.result != "applied" or outcome.reason:
-            self.exceptions.append((len(values), outcome.result, outcome.reason, plain_context(ctx)))
-        values.append(value)
-        self.stamps.append(time_ms)
-        self.refs.append(refs)
+    def adder(self, first_kept: int, on_block: Callable[[int], None]) -> Keep:
+        """``add(offset, time_ms, value, outcome, ctx, refs)``: keep one record of an offset
+        from ``first_kept`` on (below it: skipped), and once it ends a block call
+        ``on_block(offset + 1)``. A closure over the columns: the fold's thread calls it for
+        every record, and an attribute load costs about what an append does."""
+        values, stamps, refs_, exceptions = self.values, self.stamps, self.refs, self.exceptions
+
+        def add(offset: int, time_ms: int, value: bytes, outcome: Outcome, ctx: Context, refs: PodRefs) -> None:
+            if offset < first_kept:
+                return
+            if not values:
+                self.first = offset
+            if ctx is not None or (outcome is not APPLIED and (outcome.result != "applied" or outcome.reason)):
+                exceptions.append((len(values), outcome.result, outcome.reason, plain_context(ctx)))
+            values.append(value)
+            stamps.append(time_ms)
+            refs_.append(refs)
+            if (offset + 1) % BLOCK_RECORDS == 0:
+                on_block(offset + 1)
+
+        return add
 
     def seal(self, upto: int, urgent: bool) -> list[bytes]:
         """The frame of what was added since the last seal (maybe nothing), as ``wire`` buffers."""
@@ -176,8 +191,12 @@ class Packer:
         sizes = array("I", map(len, values)).tobytes()
         first = self.first if values else upto
         head = _encode((upto, urgent, (first, self.stamps.tobytes(), sizes, b"", [], self.exceptions), self.refs))
-        self.values, self.stamps, self.refs, self.exceptions = [], array("q"), [], []
-        return wire(head, values)
+        buffers = wire(head, values)
+        values.clear()
+        del self.stamps[:]
+        self.refs.clear()
+        self.exceptions.clear()
+        return buffers
 
     @property
     def end(self) -> int | None:
@@ -207,12 +226,12 @@ class AuditFeed:
         self._acked_since_start = 0
         self._start()
 
-    def add(self, offset: int, time_ms: int, value: bytes, outcome: Outcome, ctx: Context, refs: PodRefs) -> None:
-        """Keep one record (after the fold applied it); a block's last record seals a frame."""
-        if offset >= self.indexed:  # a restart from an older checkpoint folds indexed records again
-            self.packer.add(offset, time_ms, value, outcome, ctx, refs)
-            if (offset + 1) % BLOCK_RECORDS == 0:
-                self._send_frame(offset + 1, urgent=False)
+    def adder(self) -> Keep:
+        """``Packer.adder``'s ``add`` for the records the fold applies next: those the index
+        holds already (a restart from an older checkpoint folds them again) are skipped, and a
+        block's last record sends a frame. Acknowledgements never pass the records sent, so
+        the index's position now is where the records to keep begin."""
+        return self.packer.adder(self.indexed, lambda upto: self._send_frame(upto, urgent=False))
 
     def seal(self) -> None:
         """Have what was added so far stored now (the fold is idle, or stops), not with the next

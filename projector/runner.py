@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
 
 from confluent_kafka import KafkaException, Message
 from prometheus_client import Counter, Gauge, Histogram
@@ -34,7 +33,7 @@ from strata.projector.gctune import FREEZE_EVERY, freeze_kept
 from strata.projector.kinds import KIND_NAMES
 from strata.projector.release import Release
 from strata.projector.snapshot import Snapshot
-from strata.projector.state import CacheState, FoldConfig, Outcome
+from strata.projector.state import APPLIED, CacheState, FoldConfig, Outcome
 from strata.projector.statedigest import SETTLE_EVERY
 from strata.projector.writer import Job, Stored, Writer, write_checkpoint
 from strata.schemas import WatchEvent
@@ -223,20 +222,7 @@ class LogRunner:
                 report(progress)
                 last_report = now
 
-        def watched(offset: int, msg: Message, kind: str, op: str, raw: bytes) -> None:
-            run.apply_watch(offset, msg, kind, op, raw)
-            if state.version >= run.due_at:
-                between(False)
-
-        def bound(offset: int, msg: Message, pod: str, node: str) -> None:
-            run.apply_named(offset, msg, "BIND", state.bind_at, pod, node)
-            if state.version >= run.due_at:
-                between(False)
-
-        def succeeded(offset: int, msg: Message, pod: str) -> None:
-            run.apply_named(offset, msg, "BIND_SUCCEEDED", state.succeeded_at, pod)
-            if state.version >= run.due_at:
-                between(False)
+        watched, bound, succeeded = run.handlers(between)
 
         def entered(entry: LogEntry | None) -> None:
             nonlocal idle_at
@@ -360,6 +346,7 @@ class _Following:
         self.runner = runner
         self.state = state
         self.feed = feed
+        self.keep = feed.adder() if feed is not None else None
         self.digests = digests
         self.progress = progress
         self.every_records = every_records
@@ -379,50 +366,59 @@ class _Following:
         """Fold one entry and hand it to the audit index's feed."""
         state = self.state
         record = entry.record
-        feed = self.feed
-        if feed is None:
+        keep = self.keep
+        if keep is None:
             outcome = state.apply_at(entry.offset, record)
         else:
             ctx = None if type(record) is WatchEvent else audit.context(state, record)
             outcome = state.apply_at(entry.offset, record)
             value = entry.value if type(record) is WatchEvent and entry.value else value_of(entry)
-            feed.add(entry.offset, entry.timestamp_ms, value, outcome, ctx, audit.pod_refs(record, state.last_object))
+            keep(entry.offset, entry.timestamp_ms, value, outcome, ctx, audit.pod_refs(record, state.last_object))
         if outcome.result == "bad":
             self.progress.bad += 1
         FOLLOWING.applied_entry(entry.offset, entry.timestamp_ms, record)
         self.progress.version = state.version
 
-    def apply_watch(self, offset: int, msg: Message, kind: str, op: str, raw: bytes) -> None:
-        """``apply`` of a WatchEvent read as its kind, op and object (``follow_feed``): no
-        record is built, and it has no pod context to keep."""
-        state = self.state
-        outcome = state.apply_object_at(offset, op, raw)
-        stamp = msg.timestamp()[1]
-        if self.feed is not None:
-            refs = audit.watch_refs(kind, state.last_object)
-            self.feed.add(offset, stamp, cast(bytes, msg.value()), outcome, None, refs)
-        if outcome.result == "bad":
-            self.progress.bad += 1
-        FOLLOWING.applied_watch(offset, stamp, op, kind)
-        self.progress.version = state.version
+    def handlers(self, between: Callable[[bool], None]) -> tuple[Callable[..., None], ...]:
+        """``follow_feed``'s callbacks: for a WatchEvent read as its kind, op and object, a BIND
+        as its pod and node, a BIND_SUCCEEDED as its pod. Each folds its record (none is built),
+        keeps it for the audit index (a scheduler record with its pod's context, taken first
+        as ``apply`` takes it), counts it, and calls ``between`` at the versions ``due_at``
+        names. They run for every record: what they use is bound here once, not looked up per
+        call, and a WatchEvent of a kind but a pod skips ``watch_refs`` (it has none)."""
+        state, progress, keep = self.state, self.progress, self.keep
+        apply_object_at, applied = state.apply_object_at, FOLLOWING.applied_watch
+        pod_context, watch_refs = audit.pod_context, audit.watch_refs
 
-    def apply_named(
-        self, offset: int, msg: Message, type_: str, fold: Callable[..., Outcome], pod: str, *rest: str
-    ) -> None:
-        """``apply`` of a scheduler record read as its pod and the ``rest`` of the fields the
-        fold reads (``follow_feed``'s shortcuts): ``fold(offset, pod, *rest)`` is the state's
-        method for its type (``CacheState.bind_at``), the pod's context taken first, as ``apply``
-        takes it."""
-        state = self.state
-        feed = self.feed
-        stamp = msg.timestamp()[1]
-        if feed is None:
-            fold(offset, pod, *rest)
-        else:
-            ctx = audit.pod_context(state, pod)
-            feed.add(offset, stamp, cast(bytes, msg.value()), fold(offset, pod, *rest), ctx, None)
-        FOLLOWING.applied_watch(offset, stamp, type_, "Pod")
-        self.progress.version = state.version
+        def watched(offset: int, msg: Message, kind: str, op: str, raw: bytes) -> None:
+            outcome = apply_object_at(offset, op, raw)
+            stamp = msg.timestamp()[1]
+            if keep is not None:
+                refs = watch_refs(kind, state.last_object) if kind == "Pod" else None
+                keep(offset, stamp, msg.value(), outcome, None, refs)  # type: ignore[arg-type]  # _fed's have one
+            if outcome is not APPLIED and outcome.result == "bad":
+                progress.bad += 1
+            applied(offset, stamp, op, kind)
+            progress.version = state.version
+            if state.version >= self.due_at:
+                between(False)
+
+        def named(type_: str, fold: Callable[..., Outcome]) -> Callable[..., None]:
+            def apply(offset: int, msg: Message, pod: str, *rest: str) -> None:
+                stamp = msg.timestamp()[1]
+                if keep is None:
+                    fold(offset, pod, *rest)
+                else:
+                    ctx = pod_context(state, pod)
+                    keep(offset, stamp, msg.value(), fold(offset, pod, *rest), ctx, None)  # type: ignore[arg-type]
+                applied(offset, stamp, type_, "Pod")
+                progress.version = state.version
+                if state.version >= self.due_at:
+                    between(False)
+
+            return apply
+
+        return watched, named("BIND", state.bind_at), named("BIND_SUCCEEDED", state.succeeded_at)
 
     def _next_due(self, version: int) -> int:
         """The first version after ``version`` at which ``tend`` has anything to do (the next

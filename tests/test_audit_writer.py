@@ -28,9 +28,10 @@ from tests.test_writer import lowered
 
 def feed_all(feed: AuditFeed, kept: Folded, low: int = 0, high: int | None = None, hook: object = None) -> None:
     """Add the records as the projector does, pumping now and then and sealing on idle moments."""
+    add = feed.adder()
     for n in range(low, len(kept) if high is None else high):
         k = kept[n]
-        feed.add(k.offset, k.time_ms, k.value, k.outcome, k.context, kept.refs[n])
+        add(k.offset, k.time_ms, k.value, k.outcome, k.context, kept.refs[n])
         if n % 97 == 0:
             feed.pump()
         if n % 1500 == 1499:
@@ -123,9 +124,10 @@ def test_a_writer_that_cannot_write_tries_again_and_the_fold_waits(stores: Store
     rename("audit_blocks", "audit_blocks_away")
     back = threading.Timer(3.0, rename, ("audit_blocks_away", "audit_blocks"))
     back.start()
+    add = feed.adder()
     for n in range(BLOCK_RECORDS, 4 * BLOCK_RECORDS):
         k = generated[n]
-        feed.add(k.offset, k.time_ms, k.value, k.outcome, k.context, generated.refs[n])
+        add(k.offset, k.time_ms, k.value, k.outcome, k.context, generated.refs[n])
     assert feed.backlog == 3 * BLOCK_RECORDS
     waited = feed.wait(below=BLOCK_RECORDS)
     back.join()
