@@ -161,27 +161,16 @@ class Writer:
         return self._job.version if self._job is not None else None
 
     def abandon(self) -> None:
-        """Kill the child writing a checkpoint a newer one supersedes (the last, written here):
-        its transaction is rolled back, as a killed projector's child's is, and the store keeps
-        the checkpoints it held."""
+        """Kill the child writing a checkpoint (one a newer one supersedes, or one that would
+        never be stored): its transaction is rolled back, as a killed projector's child's is,
+        and the store keeps the checkpoints it held."""
         assert self._pid is not None and self._job is not None and self._report is not None
         os.kill(self._pid, signal.SIGKILL)
         os.waitpid(self._pid, 0)
         os.close(self._report)
-        LOG.info("the checkpoint at version %d left unwritten: a newer one follows", self._job.version)
+        LOG.info("the checkpoint at version %d left unwritten", self._job.version)
         self._job.snapshot = None
         self._pid = self._job = self._report = None
-
-    def write_here(self, state: CacheState) -> tuple[Job, bool]:
-        """The same write in this process (the last one, when nothing folds any more)."""
-        job = Job(state.version)
-        try:
-            job.stored = self._write(state)
-        except Exception as exc:
-            LOG.error("writing version %d failed: %s", job.version, exc)
-            return job, False
-        self.saved, self.base = job.version, None
-        return job, True
 
     def _finished(self, status: int) -> tuple[Job, bool]:
         job, self._job, self._pid = self._job, None, None

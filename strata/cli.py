@@ -486,8 +486,6 @@ def project(
         nonlocal progress
         progress = p
         click.echo(f"version {p.version} lag {p.lag} checkpoints {p.checkpoints} bad {p.bad}", err=True)
-        if target is not None and p.version >= target:
-            stop.set()
 
     newest = max((info.version for info in runner.store.list(runner.identity)), default=0)
     if target is not None and newest >= target:  # nothing to fold (asked without restoring the state)
@@ -503,6 +501,7 @@ def project(
         health=health,
         kinds=tuple(k.strip() for k in kinds.split(",")) if kinds else ALL_KINDS,
         on_request=on_request,
+        until=target,
     )
     click.echo(
         f"stopped at version {state.version}; longest pause {progress.longest_pause_s * 1000:.1f} ms, "

@@ -20,7 +20,7 @@ from strata.log.errors import StrataError
 from strata.projector.audit import POD_FIELDS
 from strata.projector.auditstore import AuditIndex, AuditRow
 from strata.projector.checkpoint import LogIdentity
-from strata.projector.runner import LogRunner, Progress
+from strata.projector.runner import LogRunner
 
 _OFFSET = re.compile(r"^[0-9]+$")
 SUBJECT_KINDS = ("pod", "job", "node")
@@ -78,19 +78,12 @@ def catch_up(
         f"indexing offsets {indexed} to {end - 1} of the cache log first "
         "(`strata project` keeps the audit index up to date)"
     )
-    stop = threading.Event()
-
-    def stop_at_end(progress: Progress) -> None:
-        if progress.version >= end:
-            stop.set()
-
     runner.follow(
-        stop,
+        threading.Event(),
         every_records=sys.maxsize,  # one checkpoint, at the end
         every_seconds=math.inf,
-        report=stop_at_end,
-        report_seconds=0.0,  # asked after every record: the fold stops at ``end``, not at an idle tick
         audit_index=index,
+        until=end,  # the fold stops at ``end``, not at an idle tick
     )
 
 
