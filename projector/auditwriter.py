@@ -29,8 +29,6 @@ among them: never on its command line, where ``ps`` would show a password.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import functools
 import gc
 import itertools
@@ -49,13 +47,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+from strata.log.children import die_with, step_aside, widen
 from strata.log.errors import StrataError
 from strata.projector.audit import WATCH_SUBJECT_FIELDS, Context, PodRefs, subjects_of, watch_subjects
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records, context_of, plain_context
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.release import Release
 from strata.projector.state import APPLIED, Outcome
-from strata.projector.writer import die_with, step_aside
 from strata.schemas import BadRecord, WatchEvent, decode, encode
 from strata.schemas.codec import head_reader, record_reader
 
@@ -71,8 +69,6 @@ RETRY_S = 1.0  # a writer that failed to write tries again this much later
 CLOSE_S = 10.0  # after its end of input, the longest a writer is given to finish its transaction
 COLLECT_EVERY = 16  # transactions between two collections (``_collect_by_hand``)
 FAILURES_IN_A_ROW = 5  # writers that stop before they store anything, before the fold gives up
-_PIPE_BYTES = 1 << 20  # Linux's default ceiling for an unprivileged F_SETPIPE_SZ
-_F_SETPIPE_SZ = 1031
 _LENGTH = 4
 _PREFIX = 2 * _LENGTH  # a frame's head's length, then its messages'
 _IOV_MAX = 1024  # buffers one writev takes (Linux's UIO_MAXIOV)
@@ -308,7 +304,7 @@ class AuditFeed:
         )
         assert process.stdin is not None and process.stdout is not None
         for end in (process.stdin, process.stdout):
-            _widen(end.fileno())
+            widen(end.fileno())
         os.set_blocking(process.stdin.fileno(), False)
         os.set_blocking(process.stdout.fileno(), False)
         log = [self.log.topic, self.log.cluster_id, self.log.fold]
@@ -382,12 +378,6 @@ class AuditFeed:
             _, frame = unacked.popleft()
             if self.release is not None:
                 self.release.keep(frame)
-
-
-def _widen(fd: int) -> None:
-    """Give the pipe a frame's room (64 KiB by default); the kernel may refuse: not needed."""
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BYTES)
 
 
 # ------------------------------------------------------------------------------- the writer

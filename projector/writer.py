@@ -12,7 +12,6 @@ newest in the store. (The audit index has a writer process of its own: ``auditwr
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import logging
 import os
@@ -23,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from strata.log.children import die_with, step_aside
 from strata.log.errors import StrataError
 from strata.projector import statecodec
 from strata.projector.auditstore import AuditIndex
@@ -34,7 +34,6 @@ from strata.projector.state import CacheState
 LOG = logging.getLogger("strata.projector")
 INDEX_POLL_S = 0.05
 INDEX_WAIT_S = 120.0  # a checkpoint waits this long for the audit index to cover it, then fails
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -237,25 +236,3 @@ class Writer:
         finally:
             sys.stderr.flush()
             os._exit(code)
-
-
-# The checkpoint child and the audit index's writer share the cores with the fold, whose pace is
-# what a reader of the projector waits for: at a lower priority they take the CPU the fold leaves
-# them, and catch up when it idles (a backlog of the writer makes the fold wait, so the index
-# cannot fall behind without bound). On 2 cores at 5,000 nodes / 150,000 pods this took
-# `project --stop-at-end` from 48.6 to 44.6 s (docs/projector.md, run S).
-BACKGROUND_NICE = 10
-
-
-def step_aside() -> None:
-    """Lower this process's priority by BACKGROUND_NICE (a background helper of the fold)."""
-    os.nice(BACKGROUND_NICE)
-
-
-def die_with(parent: int) -> None:
-    """SIGKILL this process when its parent dies (Linux); exit now if it is gone already."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)

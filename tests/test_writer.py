@@ -10,12 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from strata.ingest.trace import split_lines
+from strata.log.children import BACKGROUND_NICE
 from strata.projector import statecodec
 from strata.projector.checkpoint import Checkpoint, LogIdentity
 from strata.projector.replay import fold_line, replay_bytes, replay_file
 from strata.projector.snapshot import Fragments
 from strata.projector.sqlstore import SqlCheckpointStore
-from strata.projector.writer import BACKGROUND_NICE, Job, Stored, Writer
+from strata.projector.writer import Job, Stored, Writer
 from tests.contracts import LOG
 
 TRACE = Path(__file__).with_name("conformance") / "c01.jsonl"
