@@ -22,6 +22,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from strata.digests import DigestReporter
 from strata.health import Health
+from strata.log import readahead
 from strata.log.cachelog import BIND_FIELDS, SUCCEEDED_FIELDS, CacheLogReader, LogEntry, Publisher
 from strata.log.config import Settings
 from strata.log.metrics import FOLLOWING
@@ -125,7 +126,8 @@ class LogRunner:
     def state_at(self, end: int) -> CacheState:
         """The state after records 0..end-1: a checkpoint at or below ``end`` plus the tail."""
         state = self.restore(at_or_below=end)
-        self.reader.feed(
+        readahead.feed(
+            self.reader,
             state.apply_at,
             state.apply_object_at,
             start=state.version,

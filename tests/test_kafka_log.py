@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from strata.log import readahead
 from strata.log.cachelog import CacheLogReader, CacheLogWriter, DeliveryError, Publisher
 from strata.log.config import Settings
 from strata.log.errors import StrataError
@@ -149,7 +153,17 @@ def test_the_producer_is_idempotent(kafka: Settings):
     assert config["enable.idempotence"] is True and config["acks"] == "all"
 
 
-def test_a_feed_hands_the_fold_what_read_gives(kafka: Settings):
+@pytest.fixture(params=["in its thread", "read ahead"])
+def feed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``CacheLogReader.feed``, or ``readahead.feed`` with a reader process for any read: called
+    the same way, they keep the same contract (the tests below run on both)."""
+    if request.param == "read ahead":
+        monkeypatch.setattr(readahead, "AHEAD_FROM", 0)
+        return readahead.feed
+    return CacheLogReader.feed
+
+
+def test_a_feed_hands_the_fold_what_read_gives(kafka: Settings, feed: Callable[..., None]):
     """``feed``: a WatchEvent as its op and object, every other record (a bad one too, counted)
     whole, at the offsets ``read`` gives them; a fold of either is the same state."""
     from strata.projector.state import CacheState
@@ -164,7 +178,7 @@ def test_a_feed_hands_the_fold_what_read_gives(kafka: Settings):
 
     fed: list[tuple[int, object]] = []
     feeder = CacheLogReader(kafka)
-    feeder.feed(lambda o, r: fed.append((o, r)), lambda o, op, obj: fed.append((o, (op, obj))), start=1)
+    feed(feeder, lambda o, r: fed.append((o, r)), lambda o, op, obj: fed.append((o, (op, obj))), start=1)
     reader = CacheLogReader(kafka)
     read = [(e.offset, e.record) for e in reader.read(start=1)]
     assert [o for o, _ in fed] == [o for o, _ in read] == list(range(1, len(values)))
@@ -176,14 +190,14 @@ def test_a_feed_hands_the_fold_what_read_gives(kafka: Settings):
     assert (feeder.stats.records, feeder.stats.bad) == (reader.stats.records, reader.stats.bad)
 
     fold, refold = CacheState(), CacheState()
-    CacheLogReader(kafka).feed(fold.apply_at, fold.apply_object_at)
+    feed(CacheLogReader(kafka), fold.apply_at, fold.apply_object_at)
     for entry in CacheLogReader(kafka).read():
         refold.apply_at(entry.offset, entry.record)
     assert fold.version == refold.version == len(values)
     assert fold.snapshot().canonical_bytes() == refold.snapshot().canonical_bytes()
 
 
-def test_a_feed_hands_binds_as_their_pod_and_node_when_asked(kafka: Settings):
+def test_a_feed_hands_binds_as_their_pod_and_node_when_asked(kafka: Settings, feed: Callable[..., None]):
     """``feed(apply_bind=...)``: each BIND as (offset, pod, node), every other record as
     without it, a BIND that is no longer one (cut short) whole as a ``BadRecord``;
     ``apply_succeeded``: each BIND_SUCCEEDED as (offset, pod). The fold is the same state."""
@@ -199,8 +213,11 @@ def test_a_feed_hands_binds_as_their_pod_and_node_when_asked(kafka: Settings):
 
     binds: list[tuple[int, str, str]] = []
     others: list[int] = []
-    CacheLogReader(kafka).feed(
-        lambda o, r: others.append(o), lambda o, op, obj: others.append(o), apply_bind=lambda *b: binds.append(b)
+    feed(
+        CacheLogReader(kafka),
+        lambda o, r: others.append(o),
+        lambda o, op, obj: others.append(o),
+        apply_bind=lambda *b: binds.append(b),
     )
     at = [i for i, r in enumerate(LOG_RECORDS) if isinstance(r, Bind)] + [len(values) - 1]
     assert binds == [
@@ -209,20 +226,74 @@ def test_a_feed_hands_binds_as_their_pod_and_node_when_asked(kafka: Settings):
     assert sorted(others + [o for o, _, _ in binds]) == list(range(len(values)))
 
     succeeded: list[tuple[int, str]] = []
-    CacheLogReader(kafka).feed(
-        lambda o, r: None, lambda o, op, obj: None, apply_succeeded=lambda *s: succeeded.append(s)
+    feed(
+        CacheLogReader(kafka),
+        lambda o, r: None,
+        lambda o, op, obj: None,
+        apply_succeeded=lambda *s: succeeded.append(s),
     )
     assert succeeded == [(i, r.pod) for i, r in enumerate(LOG_RECORDS) if isinstance(r, BindSucceeded)]
     assert succeeded
 
     fold, refold = CacheState(), CacheState()
-    CacheLogReader(kafka).feed(
-        fold.apply_at, fold.apply_object_at, apply_bind=fold.bind_at, apply_succeeded=fold.succeeded_at
+    feed(
+        CacheLogReader(kafka),
+        fold.apply_at,
+        fold.apply_object_at,
+        apply_bind=fold.bind_at,
+        apply_succeeded=fold.succeeded_at,
     )
     for entry in CacheLogReader(kafka).read():
         refold.apply_at(entry.offset, entry.record)
     assert fold.version == refold.version == len(values)
     assert fold.snapshot().canonical_bytes() == refold.snapshot().canonical_bytes()
+
+
+def test_a_feed_ends_at_the_logs_end_or_fails_saying_why(kafka: Settings, feed: Callable[..., None]):
+    """A read to an end past the log's stops at the log's end (the fold's offset check finds the
+    gap); a read of a topic that is not there raises, naming it, from a reader process too."""
+    names = TopicNames(kafka.topic_prefix)
+    raw = Producer(kafka.client_config())
+    for record in LOG_RECORDS[:3]:
+        raw.produce(names.cache_log, encode(record))
+    assert raw.flush(10) == 0
+    fed: list[int] = []
+    feed(CacheLogReader(kafka), lambda o, r: fed.append(o), lambda o, op, obj: fed.append(o), end=5, timeout_s=5.0)
+    assert fed == [0, 1, 2]
+    missing = f"{kafka.topic_prefix}missing"
+    with pytest.raises(StrataError, match=missing):
+        feed(CacheLogReader(kafka, topic=missing), lambda o, r: None, lambda o, op, obj: None, end=5, timeout_s=2.0)
+
+
+def test_a_fold_that_fails_leaves_no_reader_process_behind(kafka: Settings, monkeypatch: pytest.MonkeyPatch):
+    names = TopicNames(kafka.topic_prefix)
+    raw = Producer(kafka.client_config())
+    for record in LOG_RECORDS:
+        raw.produce(names.cache_log, encode(record))
+    assert raw.flush(10) == 0
+    monkeypatch.setattr(readahead, "AHEAD_FROM", 0)
+
+    def fail(*_: object) -> None:
+        assert _readers(), "no reader process read ahead"
+        raise ValueError("the fold failed")
+
+    with pytest.raises(ValueError, match="the fold failed"):
+        readahead.feed(CacheLogReader(kafka), fail, fail)
+    assert not _readers()
+
+
+def _readers() -> list[int]:
+    """This process's children that read the log ahead."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = next(line for line in status.read_text().splitlines() if line.startswith("PPid:"))
+            cmdline = (status.parent / "cmdline").read_bytes()
+        except (OSError, StopIteration):
+            continue
+        if int(ppid.split()[1]) == os.getpid() and b"strata.log.readahead" in cmdline:
+            found.append(int(status.parent.name))
+    return found
 
 
 def test_a_reader_that_keeps_its_consumer_reads_any_stretch_as_a_new_one_does(kafka: Settings):

@@ -296,11 +296,10 @@ class CacheLogReader:
         """Entries with offsets in [start, end); ``end`` defaults to the log's end now."""
         entries = self._entries
         try:
-            for batch in self._batches(start, end, timeout_s):  # one generator, not one per message
+            for batch in self.batches(start, end, timeout_s):  # one generator, not one per message
                 yield from entries(batch)
         finally:
-            if self._quarantine is not None:
-                self._quarantine.flush()
+            self.flush_quarantine()
 
     def feed(
         self,
@@ -334,11 +333,10 @@ class CacheLogReader:
             apply(entry.offset, entry.record)
 
         try:
-            for batch in self._batches(start, end, timeout_s):
+            for batch in self.batches(start, end, timeout_s):
                 self._fed(batch, watch, watched, entered, readers)
         finally:
-            if self._quarantine is not None:
-                self._quarantine.flush()
+            self.flush_quarantine()
 
     def fold_items(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[list[FoldItem]]:
         """The records with offsets in [start, end), a batch at a time, as ``feed`` hands them to
@@ -346,14 +344,13 @@ class CacheLogReader:
         reader that keeps them to fold more than once."""
         watch = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
         try:
-            for batch in self._batches(start, end, timeout_s):
+            for batch in self.batches(start, end, timeout_s):
                 items: list[FoldItem] = []
                 add = items.append
                 self._fed(batch, watch, lambda offset, _msg, op, raw, add=add: add((offset, op, raw)), add)
                 yield items
         finally:
-            if self._quarantine is not None:
-                self._quarantine.flush()
+            self.flush_quarantine()
 
     def follow_feed(
         self,
@@ -381,8 +378,7 @@ class CacheLogReader:
                     entered(None)
         finally:
             batches.close()  # the consumer, now
-            if self._quarantine is not None:
-                self._quarantine.flush()
+            self.flush_quarantine()
 
     def _fed(
         self,
@@ -425,10 +421,10 @@ class CacheLogReader:
 
     def messages(self, start: int = 0, end: int | None = None, timeout_s: float = 10.0) -> Iterator[Message]:
         """The messages with offsets in [start, end) as the broker has them, not decoded."""
-        for batch in self._batches(start, end, timeout_s):
+        for batch in self.batches(start, end, timeout_s):
             yield from batch
 
-    def _batches(self, start: int, end: int | None, timeout_s: float) -> Iterator[list[Message]]:
+    def batches(self, start: int, end: int | None, timeout_s: float) -> Iterator[list[Message]]:
         """``messages``, a consumed batch at a time."""
         consumer = self._kept if self._kept is not None else self._consumer()
         done = False
@@ -485,8 +481,7 @@ class CacheLogReader:
                     yield None
         finally:
             batches.close()  # the consumer, now
-            if self._quarantine is not None:
-                self._quarantine.flush()
+            self.flush_quarantine()
 
     def _followed(self, start: int, stop: threading.Event, tick_s: float) -> Generator[list[Message], None, None]:
         """The messages from ``start`` on, a consumed batch at a time (an empty one: none came for
@@ -538,12 +533,20 @@ class CacheLogReader:
         offset = msg.offset()
         if offset is None:
             offset = offset_of(msg)  # raises, saying so
-        value = msg.value() or b""
+        return self.entry_at(offset, msg.timestamp()[1], msg.value() or b"")
+
+    def entry_at(self, offset: int, timestamp_ms: int, value: bytes) -> LogEntry:
+        """``entry`` of a message given as its offset, stamp and bytes (a reader process's)."""
         self.stats.records += 1
         record, reason, message = classify(value)
         if record is None:
             record = self._bad(value, offset, reason, message)
-        return LogEntry(offset, msg.timestamp()[1], record, value)
+        return LogEntry(offset, timestamp_ms, record, value)
+
+    def flush_quarantine(self) -> None:
+        """Wait until the bad messages read so far are in the quarantine topic (a read's end)."""
+        if self._quarantine is not None:
+            self._quarantine.flush()
 
     def _valid(self, batch: list[Message]) -> tuple[list[Message], StrataError | None]:
         """The batch's messages without its events, up to an error that is one (and that error)."""
