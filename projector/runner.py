@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from confluent_kafka import KafkaException, Message
+from confluent_kafka import KafkaException
 from prometheus_client import Counter, Gauge, Histogram
 
 from strata.digests import DigestReporter
@@ -246,7 +246,7 @@ class LogRunner:
             between(entry is None)
 
         shortcuts = ((*BIND_FIELDS, bound), (*SUCCEEDED_FIELDS, succeeded))
-        self.reader.follow_feed(state.version, stop, watched, entered, ("kind", "op", "object"), shortcuts=shortcuts)
+        readahead.follow_feed(self.reader, state.version, stop, watched, entered, shortcuts=shortcuts)
 
 
 class SnapshotOnRequest:
@@ -402,12 +402,11 @@ class _Following:
         apply_object_at, applied = state.apply_object_at, FOLLOWING.applied_watch
         pod_context, watch_refs = audit.pod_context, audit.watch_refs
 
-        def watched(offset: int, msg: Message, kind: str, op: str, raw: bytes) -> None:
+        def watched(offset: int, stamp: int, value: bytes, kind: str, op: str, raw: bytes) -> None:
             outcome = apply_object_at(offset, op, raw)
-            stamp = msg.timestamp()[1]
             if keep is not None:
                 refs = watch_refs(kind, state.last_object) if kind == "Pod" else None
-                keep(offset, stamp, msg.value(), outcome, None, refs)  # type: ignore[arg-type]  # _fed's have one
+                keep(offset, stamp, value, outcome, None, refs)
             if outcome is not APPLIED and outcome.result == "bad":
                 progress.bad += 1
             applied(offset, stamp, op, kind)
@@ -416,13 +415,12 @@ class _Following:
                 between(False)
 
         def named(type_: str, fold: Callable[..., Outcome]) -> Callable[..., None]:
-            def apply(offset: int, msg: Message, pod: str, *rest: str) -> None:
-                stamp = msg.timestamp()[1]
+            def apply(offset: int, stamp: int, value: bytes, pod: str, *rest: str) -> None:
                 if keep is None:
                     fold(offset, pod, *rest)
                 else:
                     ctx = pod_context(state, pod)
-                    keep(offset, stamp, msg.value(), fold(offset, pod, *rest), ctx, None)  # type: ignore[arg-type]
+                    keep(offset, stamp, value, fold(offset, pod, *rest), ctx, None)
                 applied(offset, stamp, type_, "Pod")
                 progress.version = state.version
                 if state.version >= self.due_at:

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from strata.log import readahead
-from strata.log.cachelog import CacheLogReader, CacheLogWriter, DeliveryError, Publisher
+from strata.log.cachelog import BIND_FIELDS, CacheLogReader, CacheLogWriter, DeliveryError, Publisher
 from strata.log.config import Settings
 from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES
@@ -329,9 +329,19 @@ def test_a_reader_that_keeps_its_consumer_reads_any_stretch_as_a_new_one_does(ka
     assert kept._kept is None
 
 
-def test_a_followed_feed_hands_the_follower_what_follow_gives(kafka: Settings):
-    """``follow_feed``: a WatchEvent as its offset, message and named fields, every other record
-    (a bad one too, counted) as the entry ``follow`` gives, and None once idle."""
+@pytest.fixture(params=["in its thread", "read ahead"])
+def follow_feed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """``CacheLogReader.follow_feed``, or ``readahead.follow_feed`` with a reader process."""
+    if request.param == "read ahead":
+        monkeypatch.setattr(readahead, "AHEAD_FROM", 0)
+        return readahead.follow_feed
+    return CacheLogReader.follow_feed
+
+
+def test_a_followed_feed_hands_the_follower_what_follow_gives(kafka: Settings, follow_feed: Callable[..., None]):
+    """``follow_feed``: a WatchEvent as its offset, stamp, message and kind, op and object, a
+    BIND as its offset, stamp, message, pod and node, every other record (a bad one too,
+    counted) as the entry ``follow`` gives, and None once idle; the end it heard of."""
     import threading
 
     names = TopicNames(kafka.topic_prefix)
@@ -345,18 +355,24 @@ def test_a_followed_feed_hands_the_follower_what_follow_gives(kafka: Settings):
     stop = threading.Event()
     fed: list[tuple[int, int, bytes, object]] = []
 
-    def watched(offset: int, msg, kind: str, op: str, obj: bytes) -> None:
-        fed.append((offset, msg.timestamp()[1], msg.value(), (kind, op, obj)))
+    def watched(offset: int, stamp: int, value: bytes, kind: str, op: str, obj: bytes) -> None:
+        fed.append((offset, stamp, value, (kind, op, obj)))
+
+    def bound(offset: int, stamp: int, value: bytes, pod: str, node: str) -> None:
+        fed.append((offset, stamp, value, ("BIND", pod, node)))
+
+    heard: list[int | None] = []
 
     def entered(entry) -> None:
         if entry is None:
+            heard.append(feeder.followed_end())
             if fed and fed[-1][0] == len(values) - 1:
                 stop.set()
         else:
             fed.append((entry.offset, entry.timestamp_ms, entry.value, entry.record))
 
     feeder = CacheLogReader(kafka)
-    feeder.follow_feed(1, stop, watched, entered, tick_s=0.2)
+    follow_feed(feeder, 1, stop, watched, entered, tick_s=0.2, shortcuts=[(*BIND_FIELDS, bound)])
     reader, followed = CacheLogReader(kafka), []
     for entry in reader.follow(1, threading.Event(), tick_s=0.2):
         if entry is None:
@@ -366,6 +382,11 @@ def test_a_followed_feed_hands_the_follower_what_follow_gives(kafka: Settings):
     for (_, stamp, value, got), entry in zip(fed, followed, strict=True):
         record = entry.record
         assert (stamp, value) == (entry.timestamp_ms, entry.value)
-        assert got == ((record.kind, record.op, record.object) if isinstance(record, WatchEvent) else record)
+        if isinstance(record, WatchEvent):
+            assert got == (record.kind, record.op, record.object)
+        else:
+            assert got == (("BIND", record.pod, record.node) if isinstance(record, Bind) else record)
+    assert any(isinstance(record, Bind) for _, _, _, record in fed) is False
     assert isinstance(fed[-3][3], BadRecord) and isinstance(fed[-2][3], BadRecord)  # the cut and the garbage
     assert (feeder.stats.records, feeder.stats.bad) == (reader.stats.records, reader.stats.bad)
+    assert heard[-1] == len(values) and feeder.followed_end() is None  # nothing follows any more

@@ -239,6 +239,7 @@ class CacheLogReader:
         self._following: Consumer | None = None
         self._exists = False  # the broker has shown that the topic exists
         self.stats = ReadStats()
+        self.heard_end: int | None = None  # ``followed_end`` as a reader process following for this one heard it
 
     def end_offset(self, timeout_s: float = 10.0) -> int:
         consumer = self._consumer()
@@ -321,12 +322,12 @@ class CacheLogReader:
         watch = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
         shortcuts: list[Shortcut] = []
         if apply_bind is not None:
-            shortcuts.append((*BIND_FIELDS, lambda offset, _msg, pod, node: apply_bind(offset, pod, node)))
+            shortcuts.append((*BIND_FIELDS, lambda offset, _stamp, _value, pod, node: apply_bind(offset, pod, node)))
         if apply_succeeded is not None:
-            shortcuts.append((*SUCCEEDED_FIELDS, lambda offset, _msg, pod: apply_succeeded(offset, pod)))
+            shortcuts.append((*SUCCEEDED_FIELDS, lambda offset, _stamp, _value, pod: apply_succeeded(offset, pod)))
         readers = _readers(shortcuts)
 
-        def watched(offset: int, _msg: Message, op: str, raw: bytes) -> None:
+        def watched(offset: int, _stamp: int, _value: bytes, op: str, raw: bytes) -> None:
             apply_object(offset, op, raw)
 
         def entered(entry: LogEntry) -> None:
@@ -347,7 +348,7 @@ class CacheLogReader:
             for batch in self.batches(start, end, timeout_s):
                 items: list[FoldItem] = []
                 add = items.append
-                self._fed(batch, watch, lambda offset, _msg, op, raw, add=add: add((offset, op, raw)), add)
+                self._fed(batch, watch, lambda offset, _stamp, _value, op, raw, add=add: add((offset, op, raw)), add)
                 yield items
         finally:
             self.flush_quarantine()
@@ -358,18 +359,18 @@ class CacheLogReader:
         stop: threading.Event,
         watched: Callable[..., object],
         entered: Callable[[LogEntry | None], object],
-        names: tuple[str, ...] = ("kind", "op", "object"),
         tick_s: float = 0.5,
         shortcuts: Sequence[Shortcut] = (),
     ) -> None:
         """``follow`` handing the records to a fold as ``feed`` does, until ``stop`` is set: a
-        WatchEvent to ``watched(offset, message, *values of names)``, a record of a class
-        ``shortcuts`` names to its callback as ``(offset, message, *values of its names)``, any
-        other record (or a bad message) as an entry to ``entered``, and None to ``entered`` when
-        idle for a tick. A follower that needs no more of a record is spared the record and entry."""
-        watch = fields_reader(WatchEvent.SCHEMA, names)
+        WatchEvent to ``watched(offset, time_ms, the message's bytes, kind, op, object)``, a
+        record of a class ``shortcuts`` names to its callback as ``(offset, time_ms, the
+        message's bytes, *values of its names)``, any other record (or a bad message) as an
+        entry to ``entered``, and None to ``entered`` when idle for a tick. A follower that needs
+        no more of a record is spared the record and entry."""
+        watch = fields_reader(WatchEvent.SCHEMA, FOLLOWED_FIELDS)
         readers = _readers(shortcuts)
-        batches = self._followed(start, stop, tick_s)
+        batches = self.followed(start, stop, tick_s)
         try:
             for batch in batches:
                 if batch:
@@ -400,14 +401,14 @@ class CacheLogReader:
                 head = watch(value)
                 if head is not None:
                     stats.records += 1
-                    watched(offset, msg, *head)
+                    watched(offset, msg.timestamp()[1], value, *head)
                     continue
                 taken = False
                 for read, apply in shortcuts:
                     fields = read(value)
                     if fields is not None:
                         stats.records += 1
-                        apply(offset, msg, *fields)
+                        apply(offset, msg.timestamp()[1], value, *fields)
                         taken = True
                         break
                 if taken:
@@ -472,7 +473,7 @@ class CacheLogReader:
 
     def follow(self, start: int, stop: threading.Event, tick_s: float = 0.5) -> Iterator[LogEntry | None]:
         """Entries from ``start`` on, as they arrive, until ``stop`` is set; None when idle for a tick."""
-        batches = self._followed(start, stop, tick_s)
+        batches = self.followed(start, stop, tick_s)
         try:
             for batch in batches:
                 if batch:
@@ -483,7 +484,7 @@ class CacheLogReader:
             batches.close()  # the consumer, now
             self.flush_quarantine()
 
-    def _followed(self, start: int, stop: threading.Event, tick_s: float) -> Generator[list[Message], None, None]:
+    def followed(self, start: int, stop: threading.Event, tick_s: float) -> Generator[list[Message], None, None]:
         """The messages from ``start`` on, a consumed batch at a time (an empty one: none came for
         a tick), until ``stop`` is set; an error that is one is raised after the messages before it."""
         consumer = self._consumer()
@@ -508,7 +509,7 @@ class CacheLogReader:
         fetches, no request of its own), or None when nothing follows or it has not heard yet."""
         consumer = self._following
         if consumer is None:
-            return None
+            return self.heard_end
         end = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), cached=True)[1]
         return end if end >= 0 else None
 
@@ -633,8 +634,9 @@ def is_log_record(record: Record) -> TypeGuard[LogRecord]:
 
 # is_log_record's answer for each record class: a set lookup per message instead of a call
 # A record class a fold reads as a few of its fields, the fields' names, and the callback given
-# (offset, message, *their values) instead of an entry (``feed``, ``follow_feed``).
+# (offset, time_ms, the message's bytes, *their values) instead of an entry (``feed``, ``follow_feed``).
 Shortcut = tuple[type[Record], tuple[str, ...], Callable[..., object]]
+FOLLOWED_FIELDS = ("kind", "op", "object")  # what a follower reads of a WatchEvent (``follow_feed``)
 BIND_FIELDS = (Bind, ("pod", "node"))  # all a fold reads of a BIND
 SUCCEEDED_FIELDS = (BindSucceeded, ("pod",))  # of a BIND_SUCCEEDED, what its audit needs
 

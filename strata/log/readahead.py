@@ -2,52 +2,68 @@
 
 A fold from the broker spent about 1.35 us of its thread on each message before the fold saw
 it: the Kafka client's ``consume`` (0.55 us: a ``Message`` made for each record) and the Avro
-reader (0.8 us). For a read of AHEAD_FROM records or more, ``feed`` hands both to a reader
-process on the other core, which sends each batch it consumes as one MessagePack frame of what
-the fold reads of each record; the fold's thread takes a frame apart in about 0.23 us a record.
-The fold is the same: its callbacks get the same values in the same order as from
-``CacheLogReader.feed`` (tests/test_kafka_log.py runs ``feed``'s tests on both), and a message
-the reader process does not read (a record of another type, a bad one) reaches the fold's side
-as its bytes, which ``CacheLogReader.entry_at`` reads as ``read`` would (counted, quarantined).
+reader (0.8 us). For a read of AHEAD_FROM records or more (``feed``), or a follower that starts
+that far behind the log's end (``follow_feed``), both move to a reader process on the other
+core, which sends each batch it consumes as one MessagePack frame of what the fold reads of each
+record; the fold's thread takes a frame apart in about 0.25 us a record. The fold is the same:
+its callbacks get the same values in the same order as from ``CacheLogReader.feed`` and
+``follow_feed`` (tests/test_kafka_log.py runs their tests on both), and a message the reader
+process does not read (a record of another type, a bad one) reaches the fold's side as its
+bytes, which ``CacheLogReader.entry_at`` reads as ``read`` would (counted, quarantined).
 
-    fold (feed)  <--frames--  python -m strata.log.readahead  (consume, read the fields)
+    fold (feed, follow_feed)  <--frames--  python -m strata.log.readahead  (consume, read fields)
 
 Its stdin carries one frame, the read's settings (never its command line, where ``ps`` would
-show a SASL password); its stdout frames of items ``(tag, offset, time_ms, a, b)``: WATCH (op,
-object's bytes), BIND (pod, node), SUCCEEDED (pod, None), OTHER (None, the message's bytes),
-and last none (the read's end) or the text of the error that ended it. A frame is a 4-byte little-endian length,
-then MessagePack. The process dies with its parent.
+show a SASL password); its stdout frames ``(heard, items)``: the log's end as its consumer last
+heard it (-1: not yet) and the items of one batch, each ``(tag, offset, time_ms, message,
+fields)``: WATCH (a read's op and object; a follower's kind, op and where the object begins in
+the message, which a follower is given too), a shortcut's (``SHORTCUT + i``: the fields of the
+i-th shortcut's record), OTHER (the message alone). A follower's idle tick is a frame of no
+items; a read's end is one of no items, its error a frame of the error's text. A frame is a
+4-byte little-endian length, then MessagePack. The process dies with its parent, and leaves a
+signal to its group to the fold, which stops it.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Generator, Iterator, Sequence
 from types import MappingProxyType
 from typing import IO, Any
 
 import msgspec
 from confluent_kafka import Message
 
-from strata.log.cachelog import BIND_FIELDS, SUCCEEDED_FIELDS, CacheLogReader
+from strata.log.cachelog import (
+    BIND_FIELDS,
+    FOLLOWED_FIELDS,
+    SUCCEEDED_FIELDS,
+    CacheLogReader,
+    LogEntry,
+    Shortcut,
+)
 from strata.log.children import die_with, widen
 from strata.log.config import Settings
 from strata.log.errors import StrataError
 from strata.schemas import LogRecord, WatchEvent
+from strata.schemas.catalog import default_catalog
 from strata.schemas.codec import fields_reader
 
-# A reader process starts in about 0.15 s and saves about 1.1 us a record: shorter reads
-# (a cold start's tail above all) stay in the fold's thread.
+# A reader process starts in about 0.15 s and saves about 1.1 us a record: shorter reads (a cold
+# start's tail above all) stay in the fold's thread.
 AHEAD_FROM = 200_000
-WATCH, BIND, SUCCEEDED, OTHER = range(4)
+WATCH, OTHER, SHORTCUT = 0, 1, 2
 _LENGTH = 4
-Item = tuple[
-    int, int, int, Any, Any
-]  # a and b: str, bytes or None by tag (one union of msgspec holds one of str and bytes)
+# (tag, offset, time_ms, the message or None, the fields read or None)
+Item = tuple[int, int, int, bytes | None, Any]
 _encode = msgspec.msgpack.Encoder().encode
-_read_items = msgspec.msgpack.Decoder(list[Item] | str).decode
+_read_frame = msgspec.msgpack.Decoder(tuple[int, list[Item]] | str).decode
+# A follower is given where a WatchEvent's object begins: the last field, it ends the message.
+assert default_catalog().current(WatchEvent.SCHEMA).parsed["fields"][-1]["name"] == FOLLOWED_FIELDS[-1] == "object"
 
 
 def feed(
@@ -67,29 +83,80 @@ def feed(
     if end - start < AHEAD_FROM:
         reader.feed(apply, apply_object, start, end, timeout_s, apply_bind, apply_succeeded)
         return
+    shortcuts: list[tuple[Any, tuple[str, ...], Callable[..., object]]] = []
+    if apply_bind is not None:
+        shortcuts.append((*BIND_FIELDS, apply_bind))
+    if apply_succeeded is not None:
+        shortcuts.append((*SUCCEEDED_FIELDS, apply_succeeded))
+    callbacks = [callback for _, _, callback in shortcuts]
     stats = reader.stats
+    hello = {"start": start, "end": end, "timeout_s": timeout_s}
+    frames = _frames(reader, hello, shortcuts)
     try:
-        for items in _frames(reader, start, end, timeout_s, apply_bind is not None, apply_succeeded is not None):
+        for _, items in frames:
+            if not items:
+                return  # the read's end (early at the partition's end, as in the fold's thread)
             others = 0
-            for tag, offset, time_ms, a, b in items:
+            for tag, offset, time_ms, value, fields in items:
                 if tag == WATCH:
-                    apply_object(offset, a, b)
-                elif tag == BIND:
-                    apply_bind(offset, a, b)  # type: ignore[misc]  # asked for: not None
-                elif tag == SUCCEEDED:
-                    apply_succeeded(offset, a)  # type: ignore[misc]
-                else:
+                    apply_object(offset, *fields)
+                elif tag == OTHER:
                     others += 1  # counted by entry_at
-                    apply(offset, reader.entry_at(offset, time_ms, b).record)
+                    apply(offset, reader.entry_at(offset, time_ms, value).record)  # type: ignore[arg-type]
+                else:
+                    callbacks[tag - SHORTCUT](offset, *fields)
             stats.records += len(items) - others
     finally:
+        frames.close()  # the process, now
+        reader.flush_quarantine()
+
+
+def follow_feed(
+    reader: CacheLogReader,
+    start: int,
+    stop: threading.Event,
+    watched: Callable[..., object],
+    entered: Callable[[LogEntry | None], object],
+    tick_s: float = 0.5,
+    shortcuts: Sequence[Shortcut] = (),
+) -> None:
+    """``reader.follow_feed``, read ahead by a reader process when the log's end is AHEAD_FROM
+    records or more past ``start`` (a follower catching up); its followed end is the process's."""
+    if reader.end_offset() - start < AHEAD_FROM:
+        reader.follow_feed(start, stop, watched, entered, tick_s, shortcuts)
+        return
+    callbacks = [callback for _, _, callback in shortcuts]
+    stats = reader.stats
+    frames = _frames(reader, {"start": start, "tick_s": tick_s}, shortcuts)
+    try:
+        while not stop.is_set():
+            heard, items = next(frames)
+            reader.heard_end = heard if heard >= 0 else None
+            if not items:
+                entered(None)
+                continue
+            others = 0
+            for tag, offset, time_ms, value, fields in items:
+                if tag == WATCH:
+                    kind, op, at = fields
+                    watched(offset, time_ms, value, kind, op, value[at:])  # type: ignore[index]
+                elif tag == OTHER:
+                    others += 1
+                    entered(reader.entry_at(offset, time_ms, value))  # type: ignore[arg-type]
+                else:
+                    callbacks[tag - SHORTCUT](offset, time_ms, value, *fields)
+            stats.records += len(items) - others
+    finally:
+        frames.close()  # the process, now
+        reader.heard_end = None
         reader.flush_quarantine()
 
 
 def _frames(
-    reader: CacheLogReader, start: int, end: int, timeout_s: float, binds: bool, succeeded: bool
-) -> Iterator[list[Item]]:
-    """The reader process's frames of items, until the one of offset ``end - 1``; its error, raised."""
+    reader: CacheLogReader, hello: dict[str, Any], shortcuts: Sequence[tuple[Any, tuple[str, ...], Any]]
+) -> Generator[tuple[int, list[Item]], None, None]:
+    """The reader process's frames, until its last (of no items: a bounded read's end); its
+    error, raised. The process is killed when the generator is closed."""
     process = subprocess.Popen(
         [sys.executable, "-m", "strata.log.readahead"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
@@ -98,32 +165,26 @@ def _frames(
         widen(process.stdout.fileno())
         settings = reader.settings
         hello = {
+            **hello,
             "parent": os.getpid(),
             "bootstrap": settings.bootstrap,
             "prefix": settings.topic_prefix,
             "kafka": dict(settings.kafka),
             "topic": reader.topic,
-            "start": start,
-            "end": end,
-            "timeout_s": timeout_s,
-            "binds": binds,
-            "succeeded": succeeded,
+            "shortcuts": [(cls.SCHEMA, list(names)) for cls, names, _ in shortcuts],
         }
         _write(process.stdin, _encode(hello))
         process.stdin.close()
-        next_offset = start
-        while next_offset < end:
+        while True:
             frame = _read(process.stdout)
             if frame is None:
-                code = process.wait()
-                raise StrataError(f"the log's reader process stopped at offset {next_offset} (exit code {code})")
-            items = _read_items(frame)
-            if isinstance(items, str):
-                raise StrataError(items)
-            if not items:
-                return  # the read ended early (the partition's end), as it does in the fold's thread
-            next_offset = items[-1][1] + 1
-            yield items
+                raise StrataError(f"the log's reader process stopped (exit code {process.wait()})")
+            decoded = _read_frame(frame)
+            if isinstance(decoded, str):
+                raise StrataError(decoded)
+            yield decoded
+            if not decoded[1] and "end" in hello:
+                return
     finally:
         process.kill()
         process.wait()
@@ -147,41 +208,59 @@ def _read(source: IO[bytes]) -> bytes | None:
 
 
 # ------------------------------------------------------------------------------ the reader
-def _items(hello: dict[str, Any]) -> Iterator[list[Item]]:
-    """Each batch the read consumes, as the items the fold's side dispatches."""
+Reader = Callable[[bytes], tuple[Any, ...] | None]
+
+
+class _Items:
+    """What the reader process makes of a consumed message: an item."""
+
+    def __init__(self, hello: dict[str, Any]) -> None:
+        self.follows = "end" not in hello
+        self.watch = fields_reader(WatchEvent.SCHEMA, FOLLOWED_FIELDS if self.follows else ("op", "object"))
+        self.shortcuts: list[tuple[Reader, int]] = [
+            (fields_reader(schema, tuple(names)), SHORTCUT + i) for i, (schema, names) in enumerate(hello["shortcuts"])
+        ]
+
+    def of(self, msg: Message) -> Item:
+        offset, value, time_ms = msg.offset(), msg.value(), msg.timestamp()[1]
+        assert offset is not None  # batches() and followed() hand over messages, not events
+        kept = value if self.follows else None
+        if value is not None:
+            head = self.watch(value)
+            if head is not None:
+                if self.follows:
+                    kind, op, obj = head
+                    return (WATCH, offset, time_ms, kept, (kind, op, len(value) - len(obj)))
+                return (WATCH, offset, time_ms, None, head)
+            for read, tag in self.shortcuts:
+                fields = read(value)
+                if fields is not None:
+                    return (tag, offset, time_ms, kept, fields)
+        return (OTHER, offset, time_ms, value or b"", None)
+
+
+def _batches(hello: dict[str, Any]) -> Iterator[tuple[int, list[Item]]]:
+    """Each batch the read consumes, as items, with the end its consumer heard of."""
     settings = Settings(
         bootstrap=hello["bootstrap"], topic_prefix=hello["prefix"], kafka=MappingProxyType(hello["kafka"])
     )
     reader = CacheLogReader(settings, topic=hello["topic"])
-    watch = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
-    shortcuts: list[tuple[Callable[[bytes], tuple[Any, ...] | None], int]] = []
-    if hello["binds"]:
-        shortcuts.append((fields_reader(BIND_FIELDS[0].SCHEMA, BIND_FIELDS[1]), BIND))
-    if hello["succeeded"]:
-        shortcuts.append((fields_reader(SUCCEEDED_FIELDS[0].SCHEMA, SUCCEEDED_FIELDS[1]), SUCCEEDED))
-    for batch in reader.batches(hello["start"], hello["end"], hello["timeout_s"]):
-        yield [_item(msg, watch, shortcuts) for msg in batch]
-
-
-def _item(
-    msg: Message,
-    watch: Callable[[bytes], tuple[Any, ...] | None],
-    shortcuts: list[tuple[Callable[[bytes], tuple[Any, ...] | None], int]],
-) -> Item:
-    offset, value, time_ms = msg.offset(), msg.value(), msg.timestamp()[1]
-    assert offset is not None  # batches() hands over messages, not events
-    if value is not None:
-        head = watch(value)
-        if head is not None:
-            return (WATCH, offset, time_ms, *head)
-        for read, tag in shortcuts:
-            fields = read(value)
-            if fields is not None:
-                return (tag, offset, time_ms, fields[0], fields[1] if len(fields) > 1 else None)
-    return (OTHER, offset, time_ms, None, value or b"")
+    items = _Items(hello)
+    if items.follows:
+        stop = threading.Event()  # never set: the fold's side kills this process
+        for batch in reader.followed(hello["start"], stop, hello["tick_s"]):
+            heard = reader.followed_end()
+            yield (-1 if heard is None else heard), [items.of(msg) for msg in batch]
+    else:
+        for batch in reader.batches(hello["start"], hello["end"], hello["timeout_s"]):
+            yield -1, [items.of(msg) for msg in batch]
+        yield -1, []
 
 
 def main() -> None:
+    # Ctrl-C and a signal to the process group reach this process too: the fold stops it
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
     hello = _read(sys.stdin.buffer)
     if hello is None:
         return  # the fold stopped before it said anything
@@ -189,9 +268,8 @@ def main() -> None:
     die_with(settings["parent"])
     out = sys.stdout.buffer
     try:
-        for items in _items(settings):
-            _write(out, _encode(items))
-        _write(out, _encode([]))
+        for frame in _batches(settings):
+            _write(out, _encode(frame))
     except Exception as exc:  # the fold's side raises it as the read's error
         _write(out, _encode(str(exc) if isinstance(exc, StrataError) else f"{type(exc).__name__}: {exc}"))
 
