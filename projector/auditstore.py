@@ -208,6 +208,28 @@ class Records(msgspec.Struct, array_like=True):
             yield self.part(low, low + BLOCK_RECORDS)
             low += BLOCK_RECORDS
 
+    @staticmethod
+    def blocks_of(parts: Sequence[Records]) -> Iterator[Records]:
+        """The records of ``parts`` (each beginning where the one before ends) a block at a time.
+        A part that is a block's records already (most frames of the index's writer) is handed
+        on as it is, the others joined per block: joining all the parts first and cutting the
+        result into blocks copied every message twice (a tenth of the writer's time)."""
+        pending: list[Records] = []
+        end = None
+        for part in parts:
+            if not len(part):
+                continue
+            if end is not None and part.first != end:
+                raise ValueError(f"records up to {end - 1} and then {part.first}: a gap")
+            end = part.end
+            for piece in part.blocks():
+                if pending and piece.first // BLOCK_RECORDS != pending[0].first // BLOCK_RECORDS:
+                    yield Records.joined(pending)
+                    pending = []
+                pending.append(piece)
+        if pending:
+            yield Records.joined(pending)
+
 
 def _at(exceptions: list[tuple[int, str, str, Any]], index: int) -> int:
     """Where the exceptions (in order of their records) of records from ``index`` on begin."""
@@ -385,9 +407,11 @@ class AuditIndex:
         with self.engine.connect() as conn:
             return self._position(conn, log_id, lock=False)
 
-    def write(self, log: LogIdentity, records: Records, upto: int) -> None:
-        """Store records and mark the log indexed up to ``upto`` (records applied), in one
-        transaction; the records the index holds already are skipped."""
+    def write(self, log: LogIdentity, records: Records | Sequence[Records], upto: int) -> None:
+        """Store records (consecutive parts of them: a writer's frames) and mark the log indexed
+        up to ``upto`` (records applied), in one transaction; the records the index holds
+        already are skipped."""
+        parts = [records] if isinstance(records, Records) else records
         log_id = self.log_id(log)
         with self.engine.connect().execution_options(sqlite_immediate=True) as conn, conn.begin():
             if conn.dialect.name == "sqlite":
@@ -395,11 +419,12 @@ class AuditIndex:
                 # last bucket's pages, a few MB, are still more than SQLite's default 2 MiB cache
                 conn.exec_driver_sql(f"PRAGMA cache_size = -{SQLITE_CACHE_KIB}")
             indexed = self._position(conn, log_id)  # locked until commit: one writer per log at a time
-            new = records.part(indexed, sys.maxsize)
-            if len(new):
-                start = new.first - new.first % BLOCK_RECORDS
-                if start < new.first:  # the block was begun by an earlier write
-                    new = Records.joined([self._stored(conn, log_id, start, new.first), new])
+            new = [part for part in (p.part(indexed, sys.maxsize) for p in parts) if len(part)]
+            if new:
+                first = new[0].first
+                start = first - first % BLOCK_RECORDS
+                if start < first:  # the block was begun by an earlier write
+                    new.insert(0, self._stored(conn, log_id, start, first))
                 self._store(conn, log_id, new)
             if upto > indexed:
                 conn.execute(update(AuditLogRow).where(AuditLogRow.id == log_id).values(indexed_to=upto))
@@ -419,10 +444,10 @@ class AuditIndex:
             return Records.empty(below)
         return Block(start, bytes(data)).records().part(start, below)
 
-    def _store(self, conn: Connection, log_id: int, records: Records) -> None:
+    def _store(self, conn: Connection, log_id: int, parts: Sequence[Records]) -> None:
         blocks: list[tuple[int, int, int, int, int, bytes]] = []
         postings: list[tuple[int, int, int, int]] = []
-        for block in records.blocks():
+        for block in Records.blocks_of(parts):
             first = block.first - block.first % BLOCK_RECORDS
             stamps = block.column("stamps")
             blocks.append((log_id, first, block.end - 1, min(stamps), max(stamps), encode_block(block)))

@@ -446,10 +446,10 @@ def run(stdin: int, stdout: int) -> None:
     try:
         for written, frames in enumerate(_frames(stdin, buffer), 1):
             upto = max(frame.upto for frame in frames)
-            records = Records.joined([frame.records for frame in frames])
-            _retried(f"store up to version {upto}", functools.partial(index.write, log, records, upto))
+            parts = [frame.records for frame in frames]
+            _retried(f"store up to version {upto}", functools.partial(index.write, log, parts, upto))
             os.write(stdout, upto.to_bytes(_ACK, "little"))
-            stored += len(records)
+            stored += sum(map(len, parts))
             if written % COLLECT_EVERY == 0:
                 gc.collect()
     finally:

@@ -9,6 +9,7 @@ the rest when it writes and reads.
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import random
 from collections import defaultdict
@@ -113,14 +114,40 @@ def found(index: AuditIndex, subject: str, **bounds: Any) -> list[tuple[int, int
 
 
 def write_in_pieces(index: AuditIndex, entries: Folded, rng: random.Random) -> None:
-    """Flushes of random sizes (ending inside blocks), and a restart that writes some again."""
+    """Flushes of random sizes (ending inside blocks), some as several parts (a writer's frames),
+    and a restart that writes some again."""
     i = 0
     while i < len(entries):
         size = rng.randint(1, 3 * BLOCK_RECORDS)
-        index.write(LOG, entries.records(i, i + size), entries[min(i + size, len(entries)) - 1].offset + 1)
+        upto = entries[min(i + size, len(entries)) - 1].offset + 1
+        if rng.random() < 0.5:
+            index.write(LOG, entries.records(i, i + size), upto)
+        else:
+            index.write(LOG, _parts(entries, i, i + size, rng), upto)
         i += size
         if rng.random() < 0.3:
             i = max(0, i - rng.randint(1, 2 * BLOCK_RECORDS))  # restarted from an older checkpoint
+
+
+def _parts(entries: Folded, low: int, high: int, rng: random.Random) -> list[Records]:
+    """Records low..high-1 as consecutive parts cut at random, at block boundaries too."""
+    cuts = sorted({low, high, *(rng.randint(low, high) for _ in range(3)), high - high % BLOCK_RECORDS})
+    return [entries.records(a, b) for a, b in itertools.pairwise(cuts) if low <= a < b <= high]
+
+
+def test_blocks_of_parts_are_the_blocks_of_the_parts_joined(generated: Folded):
+    """``Records.blocks_of``: the blocks of the parts joined, a part that is a block handed on
+    as it is; parts with a gap between them refused."""
+    rng = random.Random(5)
+    for _ in range(20):
+        low = rng.randint(0, 3 * BLOCK_RECORDS)
+        high = rng.randint(low + 1, 6 * BLOCK_RECORDS)
+        parts = _parts(generated, low, high, rng)
+        assert list(Records.blocks_of(parts)) == list(Records.joined(parts).blocks())
+    block = generated.records(BLOCK_RECORDS, 2 * BLOCK_RECORDS)
+    assert next(Records.blocks_of([block])) is block
+    with pytest.raises(ValueError, match="a gap"):
+        list(Records.blocks_of([generated.records(0, 10), generated.records(11, 20)]))
 
 
 @pytest.fixture(params=[auditstore.BUCKET_BLOCKS, 2], ids=["buckets", "small-buckets"])
