@@ -384,12 +384,17 @@ def _node_of(record: SchedulerRecord, ctx: PodContext | None) -> str:
 
 
 def _scheduler_subjects(record: SchedulerRecord, ctx: PodContext | None) -> tuple[str, ...]:
-    found = [f"uid:{record.pod}"]
+    return scheduler_subjects(record.pod, _node_of(record, ctx), ctx)
+
+
+def scheduler_subjects(pod: str, node: str, ctx: PodContext | None) -> tuple[str, ...]:
+    """``subjects_of`` a scheduler record naming ``pod`` and ``node`` (a BIND's or a
+    BIND_SUCCEEDED's own, any other's from its pod context ``ctx``)."""
+    found = [f"uid:{pod}"]
     if ctx is not None and ctx.name is not None:
         found.append(f"pod:{ctx.namespace}/{ctx.name}")
     if ctx is not None and ctx.job:
         found.append(f"job:{ctx.job}")
-    node = _node_of(record, ctx)
     if node:
         found.append(f"node:{node}")
     return tuple(found)

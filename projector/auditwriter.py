@@ -49,12 +49,20 @@ import msgspec
 
 from strata.log.children import die_with, step_aside, widen
 from strata.log.errors import StrataError
-from strata.projector.audit import WATCH_SUBJECT_FIELDS, Context, PodRefs, subjects_of, watch_subjects
+from strata.projector.audit import (
+    WATCH_SUBJECT_FIELDS,
+    Context,
+    PodContext,
+    PodRefs,
+    scheduler_subjects,
+    subjects_of,
+    watch_subjects,
+)
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records, context_of, plain_context
 from strata.projector.checkpoint import LogIdentity
 from strata.projector.release import Release
 from strata.projector.state import APPLIED, Outcome
-from strata.schemas import BadRecord, WatchEvent, decode, encode
+from strata.schemas import BadRecord, Bind, BindSucceeded, WatchEvent, decode, encode
 from strata.schemas.codec import head_reader, record_reader
 
 if TYPE_CHECKING:
@@ -117,7 +125,7 @@ def spelled(records: Records, refs: list[PodRefs]) -> list[list[str]]:
     exceptions') and its ``pod_refs``: the same strings the fold would have spelled. A watch
     event's are read from its first fields alone (most records: no copy, no record made)."""
     contexts = {i: plain for i, _, _, plain in records.exceptions}
-    head = _watch_head()
+    head, bound, succeeded = _heads()
     read = record_reader()
     values = records.values
     out: list[list[str]] = []
@@ -127,6 +135,10 @@ def spelled(records: Records, refs: list[PodRefs]) -> list[list[str]]:
         if fields is not None:
             kind, namespace, name, uid = fields
             out.append(list(watch_subjects(kind, namespace, name, uid, refs[i])))
+        elif (named := bound(values, start) or succeeded(values, start)) is not None:
+            pod, node = named
+            ctx = context_of(contexts.get(i))  # a BIND's or BIND_SUCCEEDED's: its pod's, or none
+            out.append(list(scheduler_subjects(pod, node, ctx if isinstance(ctx, PodContext) else None)))
         else:
             value = values[start : start + size]
             record = read(value) or decode(value)
@@ -136,8 +148,15 @@ def spelled(records: Records, refs: list[PodRefs]) -> list[list[str]]:
 
 
 @functools.cache
-def _watch_head() -> Callable[[bytes, int], tuple[Any, ...] | None]:
-    return head_reader(WatchEvent.SCHEMA, WATCH_SUBJECT_FIELDS)
+def _heads() -> tuple[Callable[[bytes, int], tuple[Any, ...] | None], ...]:
+    """Readers of the first fields of the commonest records, all their subjects need: a
+    WatchEvent's WATCH_SUBJECT_FIELDS, a BIND's and a BIND_SUCCEEDED's pod and node (a third of
+    the log: no record made for them)."""
+    return (
+        head_reader(WatchEvent.SCHEMA, WATCH_SUBJECT_FIELDS),
+        head_reader(Bind.SCHEMA, ("pod", "node")),
+        head_reader(BindSucceeded.SCHEMA, ("pod", "node")),
+    )
 
 
 def value_of(entry: LogEntry) -> bytes:
