@@ -246,7 +246,7 @@ class LogRunner:
             between(entry is None)
 
         shortcuts = ((*BIND_FIELDS, bound), (*SUCCEEDED_FIELDS, succeeded))
-        readahead.follow_feed(self.reader, state.version, stop, watched, entered, shortcuts=shortcuts)
+        readahead.follow_feed(self.reader, state.version, stop, watched, entered, shortcuts=shortcuts, end=progress.end)
 
 
 class SnapshotOnRequest:

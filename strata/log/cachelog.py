@@ -320,12 +320,7 @@ class CacheLogReader:
         (all the fold reads of one), and with ``apply_succeeded`` a BIND_SUCCEEDED as its pod:
         together a third of the log's records, spared theirs too."""
         watch = fields_reader(WatchEvent.SCHEMA, ("op", "object"))
-        shortcuts: list[Shortcut] = []
-        if apply_bind is not None:
-            shortcuts.append((*BIND_FIELDS, lambda offset, _stamp, _value, pod, node: apply_bind(offset, pod, node)))
-        if apply_succeeded is not None:
-            shortcuts.append((*SUCCEEDED_FIELDS, lambda offset, _stamp, _value, pod: apply_succeeded(offset, pod)))
-        readers = _readers(shortcuts)
+        readers = _readers(fold_shortcuts(apply_bind, apply_succeeded))
 
         def watched(offset: int, _stamp: int, _value: bytes, op: str, raw: bytes) -> None:
             apply_object(offset, op, raw)
@@ -639,6 +634,19 @@ Shortcut = tuple[type[Record], tuple[str, ...], Callable[..., object]]
 FOLLOWED_FIELDS = ("kind", "op", "object")  # what a follower reads of a WatchEvent (``follow_feed``)
 BIND_FIELDS = (Bind, ("pod", "node"))  # all a fold reads of a BIND
 SUCCEEDED_FIELDS = (BindSucceeded, ("pod",))  # of a BIND_SUCCEEDED, what its audit needs
+
+
+def fold_shortcuts(
+    apply_bind: Callable[[int, str, str], object] | None, apply_succeeded: Callable[[int, str], object] | None
+) -> list[Shortcut]:
+    """``feed``'s shortcuts: a BIND to ``apply_bind(offset, pod, node)``, a BIND_SUCCEEDED to
+    ``apply_succeeded(offset, pod)``, each one asked for (not None)."""
+    shortcuts: list[Shortcut] = []
+    if apply_bind is not None:
+        shortcuts.append((*BIND_FIELDS, lambda offset, _stamp, _value, pod, node: apply_bind(offset, pod, node)))
+    if apply_succeeded is not None:
+        shortcuts.append((*SUCCEEDED_FIELDS, lambda offset, _stamp, _value, pod: apply_succeeded(offset, pod)))
+    return shortcuts
 
 
 def _readers(

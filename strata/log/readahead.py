@@ -38,14 +38,7 @@ from typing import IO, Any
 import msgspec
 from confluent_kafka import Message
 
-from strata.log.cachelog import (
-    BIND_FIELDS,
-    FOLLOWED_FIELDS,
-    SUCCEEDED_FIELDS,
-    CacheLogReader,
-    LogEntry,
-    Shortcut,
-)
+from strata.log.cachelog import FOLLOWED_FIELDS, CacheLogReader, LogEntry, Shortcut, fold_shortcuts
 from strata.log.children import die_with, widen
 from strata.log.config import Settings
 from strata.log.errors import StrataError
@@ -83,19 +76,12 @@ def feed(
     if end - start < AHEAD_FROM:
         reader.feed(apply, apply_object, start, end, timeout_s, apply_bind, apply_succeeded)
         return
-    shortcuts: list[tuple[Any, tuple[str, ...], Callable[..., object]]] = []
-    if apply_bind is not None:
-        shortcuts.append((*BIND_FIELDS, apply_bind))
-    if apply_succeeded is not None:
-        shortcuts.append((*SUCCEEDED_FIELDS, apply_succeeded))
+    shortcuts = fold_shortcuts(apply_bind, apply_succeeded)
     callbacks = [callback for _, _, callback in shortcuts]
     stats = reader.stats
-    hello = {"start": start, "end": end, "timeout_s": timeout_s}
-    frames = _frames(reader, hello, shortcuts)
+    frames = _frames(reader, {"start": start, "end": end, "timeout_s": timeout_s}, shortcuts)
     try:
         for _, items in frames:
-            if not items:
-                return  # the read's end (early at the partition's end, as in the fold's thread)
             others = 0
             for tag, offset, time_ms, value, fields in items:
                 if tag == WATCH:
@@ -104,7 +90,7 @@ def feed(
                     others += 1  # counted by entry_at
                     apply(offset, reader.entry_at(offset, time_ms, value).record)  # type: ignore[arg-type]
                 else:
-                    callbacks[tag - SHORTCUT](offset, *fields)
+                    callbacks[tag - SHORTCUT](offset, time_ms, value, *fields)
             stats.records += len(items) - others
     finally:
         frames.close()  # the process, now
@@ -119,10 +105,12 @@ def follow_feed(
     entered: Callable[[LogEntry | None], object],
     tick_s: float = 0.5,
     shortcuts: Sequence[Shortcut] = (),
+    end: int | None = None,
 ) -> None:
-    """``reader.follow_feed``, read ahead by a reader process when the log's end is AHEAD_FROM
-    records or more past ``start`` (a follower catching up); its followed end is the process's."""
-    if reader.end_offset() - start < AHEAD_FROM:
+    """``reader.follow_feed``, read ahead by a reader process when the log's end (``end``, when
+    the caller has just asked for it) is AHEAD_FROM records or more past ``start`` (a follower
+    catching up); its followed end is the process's."""
+    if (reader.end_offset() if end is None else end) - start < AHEAD_FROM:
         reader.follow_feed(start, stop, watched, entered, tick_s, shortcuts)
         return
     callbacks = [callback for _, _, callback in shortcuts]
@@ -153,9 +141,10 @@ def follow_feed(
 
 
 def _frames(
-    reader: CacheLogReader, hello: dict[str, Any], shortcuts: Sequence[tuple[Any, tuple[str, ...], Any]]
+    reader: CacheLogReader, hello: dict[str, Any], shortcuts: Sequence[Shortcut]
 ) -> Generator[tuple[int, list[Item]], None, None]:
-    """The reader process's frames, until its last (of no items: a bounded read's end); its
+    """The reader process's frames, up to a bounded read's end (a frame of no items, not
+    yielded: the read may end early, at the partition's end, as in the fold's thread); its
     error, raised. The process is killed when the generator is closed."""
     process = subprocess.Popen(
         [sys.executable, "-m", "strata.log.readahead"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -182,9 +171,9 @@ def _frames(
             decoded = _read_frame(frame)
             if isinstance(decoded, str):
                 raise StrataError(decoded)
-            yield decoded
             if not decoded[1] and "end" in hello:
                 return
+            yield decoded
     finally:
         process.kill()
         process.wait()
