@@ -16,6 +16,9 @@ each process timed whole (wall clock, start to exit), on the local broker and a 
   longest digest report;
 * publish the last 1,000 records;
 * pure fold: ``strata snapshot --digest`` of all R records from the broker with no checkpoint;
+* project without its audit index (``--no-audit``), over all R records into a fresh database, in
+  every round after the pure fold: no pass line, printed with the figures below the table
+  (``project_no_audit_over_pure``): how much of project's time over the pure fold's is the index's;
 * cold start: ``strata snapshot --digest`` from project's last checkpoint plus the 1,000-record
   tail, and a replica's ``Cache.wait_for_cache_sync`` from the same (time and peak RSS);
 * the audit index's bytes per record (SQLite's dbstat over the audit tables) and ``strata history``
@@ -335,6 +338,7 @@ def main() -> None:
         f["replica_rss_mb"] = replica["rss_mb"]
         projects, pures = [(project.seconds, e)], [pure.seconds]
         digests |= {pure.out.strip(), cold.out.strip()}
+        bare = [no_audit(settings, work / "bare0.db")]
         for n in range(1, rounds):
             say(f"round {n + 1}: project --stop-at-end over all {r} records, then the pure fold")
             again = timed(
@@ -352,9 +356,11 @@ def main() -> None:
             )
             pures.append(pure.seconds)
             digests.add(pure.out.strip())
+            bare.append(no_audit(settings, work / f"bare{n}.db"))
         f["project_longest_pause_ms"] = f["longest_pause_ms"]  # the catch-ups' alone
         f.update(pure_s=min(pures), pure_runs=pures, project_runs=[seconds for seconds, _ in projects])
         f["project_s_per_record"] = min(seconds / records for seconds, records in projects)
+        f.update(project_no_audit_s=min(bare), project_no_audit_runs=bare)
         f["digests_equal"] = float(digests == {digest} and replica["version"] == r)
         if args.load_seconds > 0:
             say(f"load: {args.rate} records/s for {args.load_seconds:g} s")
@@ -371,9 +377,18 @@ def main() -> None:
     f["replay_over_floor"] = f["replay_s"] / f["floor_s"]
     f["pure_over_replay"] = f["pure_s"] / f["replay_s"]  # both fold all R records
     f["project_over_pure"] = f["project_s_per_record"] / (f["pure_s"] / r)
+    f["project_no_audit_over_pure"] = f["project_no_audit_s"] / f["pure_s"]  # both fold all R records
     report(f)
     if args.json:
         args.json.write_text(json.dumps(f, indent=2))
+
+
+def no_audit(settings: Settings, db: Path) -> float:
+    """Seconds of ``strata project --stop-at-end --no-audit`` over all R records into a fresh
+    database: not a pass line, the share of project's time its audit index takes."""
+    bare = timed([STRATA, "project", "--stop-at-end", "--no-audit"], env_for(settings, STRATA_DB_URL=f"sqlite:///{db}"))
+    assert STOPPED.search(bare.err) is not None, bare.err[-500:]
+    return bare.seconds
 
 
 def report(f: dict[str, Any]) -> None:
@@ -389,6 +404,8 @@ def report(f: dict[str, Any]) -> None:
         "pure_s",
         "project_s",
         "project_audit_waits_s",
+        "project_no_audit_s",
+        "project_no_audit_over_pure",
         "ingest_s",
         "replay_rss_mb",
         "project_rss_mb",
@@ -399,7 +416,7 @@ def report(f: dict[str, Any]) -> None:
         "load_longest_pause_ms",
     )
     print("\n" + ", ".join(f"{k} {f[k]:.4g}" for k in extras if k in f))
-    runs = ("floor_runs", "replay_runs", "pure_runs", "project_runs")
+    runs = ("floor_runs", "replay_runs", "pure_runs", "project_runs", "project_no_audit_runs")
     print("runs (s): " + "; ".join(f"{k[:-5]} {', '.join(f'{v:.1f}' for v in f[k])}" for k in runs if k in f))
     for pause in [*f.get("project_long_pauses", ()), *f.get("load_long_pauses", ())]:
         print(pause)
