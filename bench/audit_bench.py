@@ -134,7 +134,7 @@ def _timed_fold(records: Sequence[LogRecord], values: Sequence[bytes], frames: l
         t2 = clock()
         add(offset, TIME_MS + offset, values[offset], outcome, ctx, audit.pod_refs(record, state.last_object))
         if (offset + 1) % BLOCK_RECORDS == 0 or offset + 1 == len(records):
-            frames.append(b"".join(packer.seal(offset + 1, urgent=False)))
+            frames.append(packer.seal(offset + 1, urgent=False))
         t3 = clock()
         auditing += (t1 - t0) + (t3 - t2)
         folding += t2 - t1

@@ -5,13 +5,13 @@ as the log holds it, the stamp, the fold's outcome and pod context) and, for a p
 its parse of the object says of the subjects (``audit.pod_refs``: the group and the node), and
 every block's worth of records (``BLOCK_RECORDS`` offsets) packs them into one frame for the
 writer: the stamps and sizes as arrays, the pods' refs, the few records whose outcome is not a
-plain "applied" or that carry a pod context, and after them the messages themselves, written to
-the pipe from where the log's client left them (``os.writev``), never copied into frame-sized
-buffers. Nothing kept is an object the collector walks for long, and no fork copies the fold's
-pages for the audit. The writer decodes each message (the generated reader) and spells its
-subjects out (``audit.subjects_of``: spelled by the fold, the strings took about a sixth of
-its thread, docs/projector.md), stores blocks and postings in one transaction for what it has
-read, and answers with how far the index goes.
+plain "applied" or that carry a pod context, and after them the messages themselves, joined
+into the frame's one buffer (``wire``: one copy of each, where a buffer per message cost more
+in every write to a pipe the writer had not emptied). Nothing kept is an object the collector
+walks for long, and no fork copies the fold's pages for the audit. The writer decodes each
+message (the generated reader) and spells its subjects out (``audit.subjects_of``: spelled by
+the fold, the strings took about a sixth of its thread, docs/projector.md), stores blocks and
+postings in one transaction for what it has read, and answers with how far the index goes.
 
     fold (AuditFeed)  --frames-->  python -m strata.projector.auditwriter  --acks-->  fold
 
@@ -105,13 +105,13 @@ class Frame(msgspec.Struct, array_like=True):
 _read_head = msgspec.msgpack.Decoder(Frame).decode
 
 
-def wire(head: bytes, values: list[bytes]) -> list[bytes]:
-    """The buffers of one frame on the pipe: the two lengths and the head, then the messages.
-    Joined into one: a frame's thousand messages as as many buffers made each pump of a pipe
-    the writer had not emptied build, and the kernel walk, a thousand-entry vector for the few
-    it takes; and an acknowledged frame is let go of as one object, not a thousand."""
+def wire(head: bytes, values: list[bytes]) -> bytes:
+    """One frame's bytes on the pipe: the two lengths and the head, then the messages. One
+    buffer, not one per message: with a thousand buffers a frame, each pump of a pipe the
+    writer had not emptied built (and the kernel walked) a thousand-entry vector for the few
+    the pipe took; and an acknowledged frame is let go of as one object, not a thousand."""
     size = sum(map(len, values))
-    return [b"".join((len(head).to_bytes(_LENGTH, "little"), size.to_bytes(_LENGTH, "little"), head, *values))]
+    return b"".join((len(head).to_bytes(_LENGTH, "little"), size.to_bytes(_LENGTH, "little"), head, *values))
 
 
 def read_frame(data: bytes) -> Frame:
@@ -203,18 +203,18 @@ class Packer:
 
         return add
 
-    def seal(self, upto: int, urgent: bool) -> list[bytes]:
-        """The frame of what was added since the last seal (maybe nothing), as ``wire`` buffers."""
+    def seal(self, upto: int, urgent: bool) -> bytes:
+        """The frame of what was added since the last seal (maybe nothing), as ``wire`` writes it."""
         values = self.values
         sizes = array("I", map(len, values)).tobytes()
         first = self.first if values else upto
         head = _encode((upto, urgent, (first, self.stamps.tobytes(), sizes, b"", [], self.exceptions), self.refs))
-        buffers = wire(head, values)
+        frame = wire(head, values)
         values.clear()
         del self.stamps[:]
         self.refs.clear()
         self.exceptions.clear()
-        return buffers
+        return frame
 
     @property
     def end(self) -> int | None:
@@ -235,8 +235,8 @@ class AuditFeed:
         self.release = release  # where acknowledged frames go (None: dropped at once)
         self.packer = Packer()
         self.restarts = 0
-        self._unacked: deque[tuple[int, list[bytes]]] = deque()  # (upto, frame's buffers), oldest first
-        # the buffers the writer has not been sent yet (a view of the rest of one the pipe took a part of)
+        self._unacked: deque[tuple[int, bytes]] = deque()  # (upto, frame), oldest first
+        # the frames the writer has not been sent yet (a view of the rest of one the pipe took a part of)
         self._outbox: deque[bytes | memoryview] = deque()
         self._acks = b""
         self._process: subprocess.Popen[bytes] | None = None
@@ -261,7 +261,7 @@ class AuditFeed:
     def _send_frame(self, upto: int, urgent: bool) -> None:
         frame = self.packer.seal(upto, urgent)
         self._unacked.append((upto, frame))
-        self._outbox.extend(frame)
+        self._outbox.append(frame)
         self.pump()
 
     @property
@@ -334,9 +334,8 @@ class AuditFeed:
         hello = _encode(settings)
         self._process = process
         self._outbox.clear()
-        self._outbox.extend(wire(hello, []))
-        unstored = (frame for upto, frame in self._unacked if upto > self.indexed)
-        self._outbox.extend(buffer for frame in unstored for buffer in frame)
+        self._outbox.append(wire(hello, []))
+        self._outbox.extend(frame for upto, frame in self._unacked if upto > self.indexed)
         self._acks = b""
         self._acked_since_start = 0
 
@@ -392,9 +391,9 @@ class AuditFeed:
         for i in range(0, whole, _ACK):
             self.indexed = max(self.indexed, int.from_bytes(self._acks[i : i + _ACK], "little"))
         self._acks = self._acks[whole:]
-        # A transaction's acknowledgement lets go of up to FRAMES_PER_WRITE frames' messages, tens
-        # of thousands of objects (20-34 ms in one pause, measured at 5k/150k): the release frees
-        # them a few a pause.
+        # A transaction's acknowledgement lets go of up to FRAMES_PER_WRITE frames of about 1 MB
+        # (2-3 ms to free at once; 20-34 ms when each message was an object of its own): the
+        # release frees them a few a pause.
         unacked = self._unacked
         while unacked and unacked[0][0] <= self.indexed:
             _, frame = unacked.popleft()
