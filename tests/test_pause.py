@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from strata.digests import DigestReporter
+from strata.ingest.trace import read_trace
+from strata.log.cachelog import LogEntry
 from strata.log.config import settings_from
+from strata.projector import runner as runner_module
 from strata.projector.auditwriter import AuditFeed
 from strata.projector.release import Release
 from strata.projector.replay import replay_file
 from strata.projector.runner import CHECK_ALWAYS_BELOW, TEND_EVERY, LogRunner, Progress, _Following, _Pause
 from strata.projector.sqlstore import SqlCheckpointStore
-from strata.projector.state import FoldConfig
+from strata.projector.state import CacheState, FoldConfig
 from strata.projector.statedigest import SETTLE_EVERY
 from tests.contracts import LOG
 from tests.test_writer import TRACE
@@ -87,3 +93,58 @@ def test_the_loop_calls_the_bookkeeping_at_every_version_it_has_work_and_no_othe
         if not masked or version % TEND_EVERY == 0 or version % SETTLE_EVERY == 0 or digests.due(version):
             acts.append(version)
     assert called == acts
+
+
+_HOLD_THE_LOCK = """
+import sqlite3, sys
+lock = sqlite3.connect(sys.argv[1], isolation_level=None)
+sys.stdin.readline()
+lock.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+lock.execute("COMMIT")
+"""
+
+
+def test_the_stop_keeps_a_checkpoint_in_flight_when_the_final_one_cannot_follow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``finish`` lets go of a checkpoint still being written only once the index holds every
+    record, so that the final one is sure to follow: with the database locked past the drain's
+    time, the one in flight (its records indexed, its store waiting for the lock) is stored
+    once the lock goes, where killing it at once left the store with no checkpoint at all."""
+    monkeypatch.setattr(runner_module, "DRAIN_S", 1.0)
+    records = [line.record for line in read_trace(TRACE)]  # a bad line too: a BadRecord
+    half = len(records) // 2
+    path = tmp_path / "cp.db"
+    url = f"sqlite:///{path}"
+    store = SqlCheckpointStore(url)
+    runner = LogRunner(settings_from(), store, FoldConfig())
+    runner._identity = LOG
+    state = CacheState(FoldConfig())
+    release = Release()
+    feed = AuditFeed(url, LOG, 0, release)
+    # the lock's holder is a process of its own: held by a connection of this process when the
+    # checkpoint's child forks, the lock would stay held in the child's copy, for good
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_THE_LOCK, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        run = _Following(runner, state, feed, None, None, Progress(0, len(records)), 10**9, 3600.0, release)
+        for offset, record in enumerate(records[:half]):
+            run.apply(LogEntry(offset, offset, record))
+        feed.drain(timeout_s=30.0)
+        assert feed.indexed == half
+        holder.stdin.write(b"lock\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline() == b"locked\n"  # the checkpoint's store and the index's writer now wait
+        run.writer.start(state, feed.pipes())
+        for offset, record in enumerate(records[half:], start=half):
+            run.apply(LogEntry(offset, offset, record))
+        threading.Timer(2.5, lambda: holder.communicate(b"commit\n")).start()  # after the drain's 1 s
+        run.finish()
+    finally:
+        feed.close()
+        holder.kill()
+    assert half in [c.version for c in store.list(LOG)]
