@@ -49,6 +49,7 @@ import msgspec
 
 from strata.log.children import die_with, step_aside, widen
 from strata.log.errors import StrataError
+from strata.log.metrics import CHILD_RESTARTS
 from strata.projector.audit import (
     WATCH_SUBJECT_FIELDS,
     Context,
@@ -85,6 +86,7 @@ _encode = msgspec.msgpack.Encoder().encode
 # keeps one record for the index: (offset, time_ms, message, outcome, pod context, pod refs)
 Keep = Callable[[int, int, bytes, Outcome, Context, PodRefs], None]
 _decode = msgspec.msgpack.Decoder().decode
+RESTARTS = CHILD_RESTARTS.labels("audit_writer")  # exported from the start, at 0 (a series to plot)
 
 
 # ------------------------------------------------------------------------------------ frames
@@ -358,6 +360,7 @@ class AuditFeed:
             code,
             self.backlog,
         )
+        RESTARTS.inc()
         self._start()
 
     def _send(self) -> None:

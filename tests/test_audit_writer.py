@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from strata.log.errors import StrataError
 from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex
@@ -83,6 +84,7 @@ def test_the_writer_stores_what_write_stores(stores: Stores, generated: Folded) 
 def test_a_killed_writer_is_replaced_and_nothing_is_lost(stores: Stores, generated: Folded) -> None:  # noqa: F811
     feed = stores.feed()
     killed: list[int] = []
+    before = _restarts()
 
     def kill(n: int) -> None:
         if n in (2 * BLOCK_RECORDS + 5, 4 * BLOCK_RECORDS + 500):
@@ -93,8 +95,12 @@ def test_a_killed_writer_is_replaced_and_nothing_is_lost(stores: Stores, generat
             killed.append(process.pid)
 
     feed_all(feed, generated, hook=kill)
-    assert len(killed) == 2 and feed.restarts == 2
+    assert len(killed) == 2 and feed.restarts == 2 and _restarts() == before + 2
     assert stores.alike()
+
+
+def _restarts() -> float:
+    return REGISTRY.get_sample_value("strata_child_restarts_total", {"process": "audit_writer"}) or 0.0
 
 
 @pytest.mark.parametrize("url", ["sqlite"], indirect=True)
@@ -184,10 +190,11 @@ class _Broken(AuditFeed):
 def test_a_writer_that_never_starts_stops_the_fold(tmp_path: Path, generated: Folded) -> None:  # noqa: F811
     """A broken install fails loudly, once, instead of starting writers for ever."""
     feed = _Broken(f"sqlite:///{tmp_path / 'a.db'}", LOG, 0)
+    before = _restarts()
     try:
         with pytest.raises(StrataError, match="stopped 5 times in a row before it stored anything"):
             feed_all(feed, generated, 0, 3 * BLOCK_RECORDS)
-        assert feed.restarts == 5
+        assert feed.restarts == 5 and _restarts() == before + 4  # the fifth is not started
     finally:
         feed.close()
 

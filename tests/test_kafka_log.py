@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from prometheus_client import REGISTRY
 
 from strata.log import readahead
 from strata.log.cachelog import BIND_FIELDS, CacheLogReader, CacheLogWriter, DeliveryError, Publisher
@@ -279,6 +282,72 @@ def test_a_fold_that_fails_leaves_no_reader_process_behind(kafka: Settings, monk
 
     with pytest.raises(ValueError, match="the fold failed"):
         readahead.feed(CacheLogReader(kafka), fail, fail)
+    assert not _readers()
+
+
+def _restarts() -> float:
+    return REGISTRY.get_sample_value("strata_child_restarts_total", {"process": "log_reader"}) or 0.0
+
+
+@pytest.mark.parametrize("follows", [False, True], ids=["feed", "follow_feed"])
+def test_a_reader_process_that_stops_is_replaced_where_it_stopped(
+    kafka: Settings, monkeypatch: pytest.MonkeyPatch, follows: bool
+):
+    """A reader process killed mid-read: another reads on from the offset after the last item
+    handed over, so the fold is given every record once, in order (the read goes on, counted),
+    where before the read failed and the command with it."""
+    import threading
+
+    names = TopicNames(kafka.topic_prefix)
+    raw = Producer(kafka.client_config())
+    # more than the pipe holds (1 MB): the killed process cannot have handed over the whole log
+    values = [encode(LOG_RECORDS[i % len(LOG_RECORDS)]) for i in range(30_000)]
+    for value in values:
+        raw.produce(names.cache_log, value)
+    assert raw.flush(30) == 0
+    monkeypatch.setattr(readahead, "AHEAD_FROM", 0)
+    before, fed, stop = _restarts(), [], threading.Event()
+
+    def note(offset: int, *_: object) -> None:
+        if not fed:
+            for pid in _readers():
+                os.kill(pid, signal.SIGKILL)
+        fed.append(offset)
+        if len(fed) == len(values):
+            stop.set()
+
+    def entered(entry: object) -> None:
+        if entry is not None:
+            note(entry.offset)  # type: ignore[attr-defined]
+
+    if follows:
+        shortcuts = [(*BIND_FIELDS, note)]
+        readahead.follow_feed(CacheLogReader(kafka), 0, stop, note, entered, tick_s=0.2, shortcuts=shortcuts)
+    else:
+        readahead.feed(CacheLogReader(kafka), note, note, apply_bind=note, apply_succeeded=note)
+    assert fed == list(range(len(values)))
+    assert _restarts() == before + 1
+    assert not _readers()
+
+
+def test_a_read_fails_once_reader_processes_stop_again_and_again(kafka: Settings, monkeypatch: pytest.MonkeyPatch):
+    """Processes that stop before handing over anything: the read fails after STARTS_IN_A_ROW of
+    them, saying so, and leaves none behind."""
+    names = TopicNames(kafka.topic_prefix)
+    raw = Producer(kafka.client_config())
+    for record in LOG_RECORDS:
+        raw.produce(names.cache_log, encode(record))
+    assert raw.flush(10) == 0
+    monkeypatch.setattr(readahead, "AHEAD_FROM", 0)
+    monkeypatch.setattr(readahead, "COMMAND", (sys.executable, "-c", "pass"))
+    before = _restarts()
+
+    def fail(*_: object) -> None:
+        raise AssertionError("no process read anything")
+
+    with pytest.raises(StrataError, match=r"reader process stopped .*3 in a row"):
+        readahead.feed(CacheLogReader(kafka), fail, fail)
+    assert _restarts() == before + readahead.STARTS_IN_A_ROW - 1
     assert not _readers()
 
 

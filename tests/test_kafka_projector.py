@@ -7,15 +7,20 @@ import itertools
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from strata.gen import generate
 from strata.ingest.from_trace import publish_trace
+from strata.log import readahead
 from strata.log.config import Settings
+from strata.log.metrics import FOLLOWING
 from strata.log.topics import ensure_topics
+from strata.projector.auditstore import AuditIndex
 from strata.projector.replay import replay_file
 from strata.projector.runner import LogRunner
 from strata.projector.sqlstore import SqlCheckpointStore
@@ -23,6 +28,7 @@ from strata.projector.state import FoldConfig
 from tests.conftest import drop_topics
 from tests.test_cli import STRATA, run
 from tests.test_kafka_cli import env_of
+from tests.test_kafka_log import _readers
 
 pytestmark = pytest.mark.kafka
 CONFORMANCE = Path(__file__).with_name("conformance")
@@ -149,3 +155,42 @@ def test_undecodable_messages_take_their_place_and_are_quarantined(kafka: Settin
     assert "version 3 lag 0 checkpoints 1 bad 1" in out.stderr
     summary = run("log", "summary", env=env)
     assert "BAD 1" in summary.stdout
+
+
+def test_a_projector_whose_reader_process_is_killed_folds_on_exactly(
+    kafka: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The process reading the log ahead of a catching-up projector is killed mid-log: another
+    reads on from where it stopped, and the fold, its checkpoints and the audit index end as a
+    fold that lost no reader does (before, the projector failed and started over)."""
+    trace = tmp_path / "h.jsonl"
+    with trace.open("wb") as out:
+        generate(out, nodes=40, pods=3000, seed=7)
+    publish_trace(kafka, trace)
+    monkeypatch.setattr(readahead, "AHEAD_FROM", 0)  # a reader process for this short log too
+    store = SqlCheckpointStore(f"sqlite:///{tmp_path / 'c.db'}")
+    runner, index = LogRunner(kafka, store, FoldConfig()), AuditIndex(store.engine)
+    end = runner.reader.end_offset()
+    killed: list[int] = []
+    at: list[int] = []
+
+    def kill_midway() -> None:
+        while FOLLOWING.version < end // 3:
+            time.sleep(0.001)
+        at.append(FOLLOWING.version)
+        killed.extend(_readers())
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_midway, daemon=True)
+    killer.start()
+    state = runner.follow(threading.Event(), every_records=5000, audit_index=index, until=end)
+    killer.join(5)
+    assert len(killed) == 1 and at[0] < end * 2 // 3 and FOLLOWING.version == end
+    expected = replay_file(trace)[0].snapshot().digest()
+    assert state.snapshot().digest() == expected
+    assert store.latest(runner.identity).info.digest == expected
+    for info in store.list(runner.identity):
+        assert info.digest == replay_file(trace, until=info.version)[0].snapshot().digest()
+    assert index.indexed_to(runner.identity) == end
+    assert not _readers()

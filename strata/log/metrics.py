@@ -14,6 +14,11 @@ BAD_MESSAGES = Counter(
     ["topic", "reason"],
 )
 PUBLISHED = Counter("strata_published_records", "Records delivered to a topic.", ["topic"])
+CHILD_RESTARTS = Counter(
+    "strata_child_restarts",
+    "Helper processes (the log's reader, the audit index's writer) started again after one stopped.",
+    ["process"],
+)
 
 
 class Following:

@@ -22,10 +22,17 @@ i-th shortcut's record), OTHER (the message alone). A follower's idle tick is a 
 items; a read's end is one of no items, its error a frame of the error's text. A frame is a
 4-byte little-endian length, then MessagePack. The process dies with its parent, and leaves a
 signal to its group to the fold, which stops it.
+
+A reader process that ends without a word (killed, out of memory, crashed) is replaced by
+another that reads from the offset after the last item handed over (``_restarted``): the fold,
+which has applied exactly those, goes on as if nothing happened, instead of the whole command
+failing and its next start restoring a checkpoint and reading the log again. Only when
+STARTS_IN_A_ROW processes in a row stop before they hand over anything does the read fail.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -42,6 +49,7 @@ from strata.log.cachelog import FOLLOWED_FIELDS, CacheLogReader, LogEntry, Short
 from strata.log.children import die_with, widen
 from strata.log.config import Settings
 from strata.log.errors import StrataError
+from strata.log.metrics import CHILD_RESTARTS
 from strata.schemas import LogRecord, WatchEvent
 from strata.schemas.catalog import default_catalog
 from strata.schemas.codec import fields_reader
@@ -49,6 +57,10 @@ from strata.schemas.codec import fields_reader
 # A reader process starts in about 0.15 s and saves about 1.1 us a record: shorter reads (a cold
 # start's tail above all) stay in the fold's thread.
 AHEAD_FROM = 200_000
+STARTS_IN_A_ROW = 3  # reader processes that stop before handing over an item, before the read fails
+COMMAND = (sys.executable, "-m", "strata.log.readahead")
+LOG = logging.getLogger("strata.log")
+RESTARTS = CHILD_RESTARTS.labels("log_reader")  # exported from the start, at 0 (a series to plot)
 WATCH, OTHER, SHORTCUT = 0, 1, 2
 _LENGTH = 4
 # (tag, offset, time_ms, the message or None, the fields read or None)
@@ -79,7 +91,7 @@ def feed(
     shortcuts = fold_shortcuts(apply_bind, apply_succeeded)
     callbacks = [callback for _, _, callback in shortcuts]
     stats = reader.stats
-    frames = _frames(reader, {"start": start, "end": end, "timeout_s": timeout_s}, shortcuts)
+    frames = _restarted(reader, {"start": start, "end": end, "timeout_s": timeout_s}, shortcuts)
     try:
         for _, items in frames:
             others = 0
@@ -115,7 +127,7 @@ def follow_feed(
         return
     callbacks = [callback for _, _, callback in shortcuts]
     stats = reader.stats
-    frames = _frames(reader, {"start": start, "tick_s": tick_s}, shortcuts)
+    frames = _restarted(reader, {"start": start, "tick_s": tick_s}, shortcuts)
     try:
         while not stop.is_set():
             heard, items = next(frames)
@@ -140,15 +152,41 @@ def follow_feed(
         reader.flush_quarantine()
 
 
-def _frames(
-    reader: CacheLogReader, hello: dict[str, Any], shortcuts: Sequence[Shortcut]
-) -> Generator[tuple[int, list[Item]], None, None]:
+class ReaderStopped(StrataError):
+    """The reader process ended without a word (killed, crashed): another can take over."""
+
+
+Frames = Generator[tuple[int, list[Item]], None, None]
+
+
+def _restarted(reader: CacheLogReader, hello: dict[str, Any], shortcuts: Sequence[Shortcut]) -> Frames:
+    """``_frames`` from ``hello["start"]`` on; when the process stops, another's from the offset
+    after the last item handed over. A frame is handed over whole and its process's end shows
+    only at the next one, so the caller has applied every item before that offset and none after."""
+    start, stopped = hello["start"], 0
+    while True:
+        frames = _frames(reader, {**hello, "start": start}, shortcuts)
+        try:
+            for frame in frames:
+                if frame[1]:
+                    start, stopped = frame[1][-1][1] + 1, 0
+                yield frame
+            return
+        except ReaderStopped as exc:
+            stopped += 1
+            if stopped >= STARTS_IN_A_ROW:
+                raise ReaderStopped(f"{exc}, {stopped} in a row before handing over a record") from exc
+            LOG.error("%s; starting another from offset %d", exc, start)
+            RESTARTS.inc()
+        finally:
+            frames.close()
+
+
+def _frames(reader: CacheLogReader, hello: dict[str, Any], shortcuts: Sequence[Shortcut]) -> Frames:
     """The reader process's frames, up to a bounded read's end (a frame of no items, not
     yielded: the read may end early, at the partition's end, as in the fold's thread); its
     error, raised. The process is killed when the generator is closed."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "strata.log.readahead"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
+    process = subprocess.Popen(list(COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert process.stdin is not None and process.stdout is not None
     try:
         widen(process.stdout.fileno())
@@ -167,7 +205,7 @@ def _frames(
         while True:
             frame = _read(process.stdout)
             if frame is None:
-                raise StrataError(f"the log's reader process stopped (exit code {process.wait()})")
+                raise ReaderStopped(f"the log's reader process stopped (exit code {process.wait()})")
             decoded = _read_frame(frame)
             if isinstance(decoded, str):
                 raise StrataError(decoded)
