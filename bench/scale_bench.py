@@ -47,6 +47,7 @@ take the worst of every project run, and every run's digest must be D.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -59,9 +60,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from strata.faults.common import STRATA, env_for, percentile, rss_mb
 from strata.gen import cycle_lines, generate
@@ -74,7 +75,10 @@ from strata.schemas import objectjson
 
 TAIL = 1000
 LONG_PAUSE = re.compile(r"(a pause of [\d.]+ ms at version \d+: .*)$", re.MULTILINE)  # runner.LONG_PAUSE_S, INFO
-STOPPED = re.compile(r"longest pause ([\d.]+) ms, longest digest ([\d.]+) ms, waited ([\d.]+) s")
+STOPPED = re.compile(
+    r"longest pause ([\d.]+) ms, longest digest ([\d.]+) ms, waited ([\d.]+) s for the audit writer; "
+    r"the stop took ([\d.]+) s"
+)
 WARM_S = 60  # the load's RSS is compared from here on: the first checkpoint has dropped the
 # restored fragments and the state digest has hashed every restored object (both by then)
 
@@ -114,12 +118,83 @@ class Timed:
     rss_mb: float
     out: str
     err: str
+    cpu: dict[str, float] = field(default_factory=dict)  # CpuWatch.shares: where its CPU went
+
+
+class CpuWatch:
+    """Where a process's CPU goes, by the part that spends it: its main thread (the fold's),
+    the whole process, and its helpers by their command line (the log's reader, the audit index's
+    writer); what the process's waited-for descendants spent beyond these (the checkpoints'
+    forked children, mostly) is the total ``wait4`` gives less the parts. Sampled from /proc
+    every SAMPLE_S until the process exits (a helper's last SAMPLE_S may be missed)."""
+
+    SAMPLE_S = 0.1
+    HELPERS: ClassVar[dict[bytes, str]] = {
+        b"strata.log.readahead": "reader",
+        b"strata.projector.auditwriter": "audit writer",
+    }
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.ticks: dict[int, int] = {}
+        self.roles: dict[int, str] = {}
+        self.main_ns = 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.wait(self.SAMPLE_S):
+            try:
+                with open(f"/proc/{self.pid}/task/{self.pid}/schedstat") as f:
+                    self.main_ns = int(f.read().split()[0])
+            except OSError:
+                return
+            for pid in self._tree():
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    if pid not in self.roles:
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            cmdline = f.read()
+                        role = next((r for k, r in self.HELPERS.items() if k in cmdline), "other")
+                        self.roles[pid] = "process" if pid == self.pid else role
+                except OSError:
+                    continue
+                self.ticks[pid] = int(fields[11]) + int(fields[12])
+
+    def _tree(self) -> list[int]:
+        found, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            for children in Path(f"/proc/{pid}/task").glob("*/children"):
+                with contextlib.suppress(OSError):  # a thread or process gone meanwhile
+                    todo.extend(int(c) for c in children.read_text().split())
+        return found
+
+    def shares(self, total_s: float) -> dict[str, float]:
+        """CPU seconds by part, once the process has exited (``total_s``: its ``wait4`` usage)."""
+        self.done.set()
+        self.thread.join()
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {"fold thread": self.main_ns / 1e9, "total": total_s}
+        for pid, ticks in self.ticks.items():
+            role = self.roles[pid]
+            out[role] = out.get(role, 0.0) + ticks / tick
+        out["checkpoints and other"] = max(0.0, total_s - sum(v for k, v in out.items() if k in _PARTS))
+        out.pop("other", None)
+        return out
+
+
+_PARTS = ("process", "reader", "audit writer")
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> Timed:
-    """Run a process to its end: its wall time and its own peak RSS."""
+    """Run a process to its end: its wall time, its own peak RSS, where its CPU went."""
     started = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watch = CpuWatch(proc.pid)
     out: list[bytes] = []
     err: list[bytes] = []
     readers = [
@@ -133,7 +208,8 @@ def timed(argv: list[str], env: dict[str, str] | None = None) -> Timed:
     for reader in readers:
         reader.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    result = Timed(seconds, usage.ru_maxrss / 1024, b"".join(out).decode(), b"".join(err).decode())
+    cpu = watch.shares(usage.ru_utime + usage.ru_stime)
+    result = Timed(seconds, usage.ru_maxrss / 1024, b"".join(out).decode(), b"".join(err).decode(), cpu)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv[:3])} failed ({proc.returncode}): {result.err.strip()[-500:]}")
     return result
@@ -321,6 +397,7 @@ def main() -> None:
         f.update(longest_pause_ms=float(stopped.group(1)), longest_digest_ms=float(stopped.group(2)))
         f["project_audit_waits_s"] = float(stopped.group(3))
         f["project_long_pauses"] = LONG_PAUSE.findall(project.err)
+        stops = [float(stopped.group(4))]
         f["audit_bytes_per_record"] = audit_bytes(db) / e
         say("history")  # as a running projector leaves the index: current (else history catches it up first)
         latencies = history_latency(env, sample_subjects(head, e))
@@ -336,7 +413,7 @@ def main() -> None:
         f.update(cold_snapshot_s=cold.seconds, cold_snapshot_rss_mb=cold.rss_mb)
         f.update(replica_sync_s=replica["sync_s"], replica_process_s=replica["process_to_sync_s"])
         f["replica_rss_mb"] = replica["rss_mb"]
-        projects, pures = [(project.seconds, e)], [pure.seconds]
+        projects, pures = [(project.seconds, e, project.cpu)], [(pure.seconds, pure.cpu)]
         digests |= {pure.out.strip(), cold.out.strip()}
         bare = [no_audit(settings, work / "bare0.db")]
         for n in range(1, rounds):
@@ -350,16 +427,22 @@ def main() -> None:
             f["longest_pause_ms"] = max(f["longest_pause_ms"], float(stopped.group(1)))
             f["longest_digest_ms"] = max(f["longest_digest_ms"], float(stopped.group(2)))
             f["project_long_pauses"] += LONG_PAUSE.findall(again.err)
-            projects.append((again.seconds, r))
+            stops.append(float(stopped.group(4)))
+            projects.append((again.seconds, r, again.cpu))
             pure = timed(
                 [STRATA, "snapshot", "--digest"], env_for(settings, STRATA_DB_URL=f"sqlite:///{work / 'empty.db'}")
             )
-            pures.append(pure.seconds)
+            pures.append((pure.seconds, pure.cpu))
             digests.add(pure.out.strip())
             bare.append(no_audit(settings, work / f"bare{n}.db"))
         f["project_longest_pause_ms"] = f["longest_pause_ms"]  # the catch-ups' alone
-        f.update(pure_s=min(pures), pure_runs=pures, project_runs=[seconds for seconds, _ in projects])
-        f["project_s_per_record"] = min(seconds / records for seconds, records in projects)
+        f.update(pure_s=min(s for s, _ in pures), pure_runs=[s for s, _ in pures])
+        f["project_runs"] = [seconds for seconds, _, _ in projects]
+        f["project_s_per_record"] = min(seconds / records for seconds, records, _ in projects)
+        f["project_stop_runs"] = stops
+        # where each run's CPU went (CpuWatch): the fastest's below the table, every run's in the JSON
+        f["project_cpu_runs"] = [{**cpu, "wall": s, "records": n} for s, n, cpu in projects]
+        f["pure_cpu_runs"] = [{**cpu, "wall": s, "records": r} for s, cpu in pures]
         f.update(project_no_audit_s=min(bare), project_no_audit_runs=bare)
         f["digests_equal"] = float(digests == {digest} and replica["version"] == r)
         if args.load_seconds > 0:
@@ -418,8 +501,31 @@ def report(f: dict[str, Any]) -> None:
     print("\n" + ", ".join(f"{k} {f[k]:.4g}" for k in extras if k in f))
     runs = ("floor_runs", "replay_runs", "pure_runs", "project_runs", "project_no_audit_runs")
     print("runs (s): " + "; ".join(f"{k[:-5]} {', '.join(f'{v:.1f}' for v in f[k])}" for k in runs if k in f))
+    for line in cpu_lines(f):
+        print(line)
     for pause in [*f.get("project_long_pauses", ()), *f.get("load_long_pauses", ())]:
         print(pause)
+
+
+def cpu_lines(f: dict[str, Any]) -> list[str]:
+    """Where the fastest project run's and pure fold's CPU went (no pass line): what a ratio of
+    their wall times is made of on this machine's two cores, and what the fold's thread alone
+    would make of it with cores to spare."""
+    if not f.get("project_cpu_runs") or not f.get("pure_cpu_runs"):
+        return []
+    project = min(f["project_cpu_runs"], key=lambda c: c["wall"] / c["records"])
+    pure = min(f["pure_cpu_runs"], key=lambda c: c["wall"])
+    lines = []
+    for name, run in (("project", project), ("pure fold", pure)):
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in run.items() if k not in ("wall", "records"))
+        shown = f"{run['wall']:.1f} s wall over {run['records']} records"
+        lines.append(f"CPU (s) of the fastest {name} run, {shown}: {parts}")
+    per_record = project["fold thread"] / project["records"]
+    lines.append(
+        f"project's fold thread alone / the pure fold's wall: {per_record / (pure['wall'] / pure['records']):.2f}x "
+        f"(stops took {', '.join(f'{s:.1f}' for s in f.get('project_stop_runs', ()))} s)"
+    )
+    return lines
 
 
 if __name__ == "__main__":

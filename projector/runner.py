@@ -80,6 +80,7 @@ class Progress:
     longest_pause_s: float = 0.0  # the longest the fold stood still for bookkeeping between records
     longest_digest_s: float = 0.0  # the longest a state digest report took (part of a pause)
     writer_waits_s: float = 0.0  # how long the fold waited in all for the audit index's writer
+    stop_s: float = 0.0  # how long the stop took: the final checkpoint, the audit index's drain
 
     @property
     def lag(self) -> int:
@@ -191,7 +192,9 @@ class LogRunner:
             if until is not None and state.version >= until:
                 stop.set()
             self._loop(run, stop, report, report_seconds, health, on_request)
+            stopping = time.monotonic()
             run.finish()
+            progress.stop_s = time.monotonic() - stopping
             if digests is not None:
                 digests.drain()
             progress.end = max(progress.end, state.version)

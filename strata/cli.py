@@ -506,7 +506,8 @@ def project(
     click.echo(
         f"stopped at version {state.version}; longest pause {progress.longest_pause_s * 1000:.1f} ms, "
         f"longest digest {progress.longest_digest_s * 1000:.1f} ms, "
-        f"waited {progress.writer_waits_s:.1f} s for the audit writer",
+        f"waited {progress.writer_waits_s:.1f} s for the audit writer; "
+        f"the stop took {progress.stop_s:.1f} s (final checkpoint, audit index drained)",
         err=True,
     )
 
