@@ -183,8 +183,8 @@ class CpuWatch:
             role = self.roles[pid]
             out[role] = out.get(role, 0.0) + ticks / tick
         out["checkpoints and other"] = max(0.0, total_s - sum(v for k, v in out.items() if k in _PARTS))
-        out.pop("other", None)
-        return out
+        order = ("fold thread", *_PARTS, "checkpoints and other", "total")
+        return {k: out[k] for k in order if k in out}
 
 
 _PARTS = ("process", "reader", "audit writer")
