@@ -190,7 +190,7 @@ def _watch_event(op: str, obj: Any, source: str) -> WatchEvent:
         uid=env.uid,
         resource_version=env.resource_version,
         source=source,
-        object=objectjson.dumps(redact(obj)),
+        object=objectjson.dumps_parsed(redact(obj)),
     )
 
 

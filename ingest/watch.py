@@ -205,7 +205,7 @@ class KindAdapter:
             resource_version=meta.get("resourceVersion") if isinstance(meta.get("resourceVersion"), str) else None,
             observed_time_ms=int(self.clock() * 1000),
             source=f"{how}/{self.resource.kind}",
-            object=objectjson.dumps(redact(obj)),
+            object=objectjson.dumps_parsed(redact(obj)),
         )
         self.writer.append(event)
         if op == "DELETED":

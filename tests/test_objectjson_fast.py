@@ -1,4 +1,5 @@
-"""``objectjson.loads``'s msgspec fast path against its stdlib definition (``_loads_stdlib``).
+"""``objectjson.loads``'s msgspec fast path against its stdlib definition (``_loads_stdlib``), and
+``dumps_parsed`` against ``dumps``.
 
 Whatever the input, both must agree: the same value (types included: int, NumberLiteral, str)
 or both refusing it with the same exception type and message.
@@ -14,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strata.schemas import objectjson
-from strata.schemas.objectjson import NumberLiteral, _loads_stdlib, loads
-from tests.jsonvalues import FLOATS, json_values
+from strata.schemas.objectjson import NumberLiteral, _loads_stdlib, dumps, dumps_parsed, loads
+from tests.jsonvalues import FLOATS, LITERALS, json_values
 
 
 def _outcome(parse: Any, text: str | bytes) -> tuple[str, Any]:
@@ -142,3 +143,52 @@ def test_the_fast_path_is_taken() -> None:
     finally:
         objectjson._fast_decode = original
     assert calls == ["2.50"]
+
+
+# ------------------------------------------------------------------ dumps_parsed against dumps
+def _written(write: Any, value: Any) -> tuple[str, Any]:
+    try:
+        return "ok", write(value)
+    except (TypeError, ValueError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+def _same_bytes(value: Any) -> None:
+    assert _written(dumps_parsed, value) == _written(dumps, value), value
+
+
+@settings(max_examples=400, deadline=None)
+@given(json_values(LITERALS, tuples=True))
+def test_dumps_parsed_writes_what_dumps_writes(value: Any) -> None:
+    """Any value of the kinds ``loads`` makes (tuples too): the same bytes, or the same refusal."""
+    _same_bytes(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"s": "".join(map(chr, range(0x30))) + "\x7f\u00e9\u2028\u2029\ud7ff\ue000\U0001f600"},
+        {"a": "\ud800"},  # a lone surrogate: both refuse it, in dumps's words
+        {"big": 2**70, "small": -(2**63) - 1, "n": [NumberLiteral("2.50"), NumberLiteral("-1E+400")]},
+        {"z": None, "t": True, "f": False, "nested": [[{"": []}], {}], "order": {"b": 1, "a": 2}},
+        {"x": object()},
+    ],
+    ids=["control-and-unicode", "lone-surrogate", "numbers", "nesting-and-order", "no-json-type"],
+)
+def test_dumps_parsed_agrees_on_edge_cases(value: Any) -> None:
+    _same_bytes(value)
+
+
+def test_dumps_parsed_writes_every_object_of_a_history_as_dumps_does() -> None:
+    """Every object of a generated history, as ingest writes it (parsed, then redacted)."""
+    import io
+
+    from strata.gen import generate
+    from strata.ingest.redaction import redact
+
+    out = io.BytesIO()
+    generate(out, nodes=30, pods=1500, seed=3)
+    lines = out.getvalue().splitlines()
+    objects = [redact(obj) for line in lines if isinstance(obj := loads(line).get("object"), dict)]
+    assert len(objects) > 10_000
+    assert [dumps_parsed(o) for o in objects] == [dumps(o) for o in objects]

@@ -74,6 +74,8 @@ class Publisher:
         self._errors: list[str] = []
         self.delivered: Counter[str] = Counter()
         self.last_offset: dict[tuple[str, int], int] = {}
+        # PUBLISHED's child per topic: labels() per message was 4 % of ingest's time
+        self._published: dict[str, Any] = {}
 
     def publish(
         self,
@@ -127,7 +129,10 @@ class Publisher:
                 # the offset says so itself); raising here would kill the producer's callback.
                 if msg.offset() is not None:
                     self.last_offset[(topic, partition)] = offset_of(msg)
-                PUBLISHED.labels(topic).inc()
+                counted = self._published.get(topic)
+                if counted is None:
+                    counted = self._published[topic] = PUBLISHED.labels(topic)
+                counted.inc()
 
     def _raise_on_failure(self) -> None:
         with self._lock:
