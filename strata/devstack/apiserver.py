@@ -196,6 +196,11 @@ class KubeAPIServer(process.LocalServer):
             f"--audit-log-path={self.audit_log}",
             "--audit-log-maxsize=100",  # MB, then rotated: audit-<time>.log beside it
             "--audit-log-maxbackup=3",
+            # On SIGTERM the server waits for open watches (ingest's) to end by themselves, which
+            # they do not: `down` then killed it after 30 s, each restart of the watch-gaps
+            # scenario and every `strata dev down` under a running ingest. With a grace period
+            # it closes them (the clients reconnect) and exits in about that long.
+            "--shutdown-watch-termination-grace-period=2s",
         ]
 
     def _write_audit_policy(self) -> None:
