@@ -285,6 +285,27 @@ def test_a_fold_that_fails_leaves_no_reader_process_behind(kafka: Settings, monk
     assert not _readers()
 
 
+def test_a_read_from_0_fails_when_the_log_lost_its_first_records(kafka: Settings):
+    """A read names its first offset, 0 included (the client's "beginning" cost every read from 0
+    a lookup of half a second). A log whose first records are gone (deleted, retention) fails such
+    a read, saying so, instead of silently starting at a later record."""
+    from confluent_kafka.admin import AdminClient
+
+    names = TopicNames(kafka.topic_prefix)
+    raw = Producer(kafka.client_config())
+    for record in LOG_RECORDS * 10:
+        raw.produce(names.cache_log, encode(record))
+    assert raw.flush(10) == 0
+    reader, fed = CacheLogReader(kafka), []
+    reader.feed(lambda o, r: fed.append(o), lambda o, op, obj: fed.append(o), 0, len(LOG_RECORDS) * 10)
+    assert fed == list(range(len(LOG_RECORDS) * 10))
+    admin = AdminClient(kafka.client_config())  # held: its futures resolve only while it lives
+    for future in admin.delete_records([TopicPartition(names.cache_log, 0, 5)]).values():
+        future.result(timeout=10)
+    with pytest.raises(StrataError, match="Offset out of range"):
+        reader.feed(lambda o, r: None, lambda o, op, obj: None, 0, len(LOG_RECORDS) * 10, timeout_s=2.0)
+
+
 def _restarts() -> float:
     return REGISTRY.get_sample_value("strata_child_restarts_total", {"process": "log_reader"}) or 0.0
 
