@@ -154,7 +154,9 @@ class CpuWatch:
                 try:
                     with open(f"/proc/{pid}/stat") as f:
                         fields = f.read().rsplit(")", 1)[1].split()
-                    if pid not in self.roles:
+                    # a helper seen between its fork and its exec still shows its parent's
+                    # command line: looked at again until it shows its own
+                    if self.roles.get(pid, "other") == "other":
                         with open(f"/proc/{pid}/cmdline", "rb") as f:
                             cmdline = f.read()
                         role = next((r for k, r in self.HELPERS.items() if k in cmdline), "other")
