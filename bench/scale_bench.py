@@ -79,6 +79,7 @@ STOPPED = re.compile(
     r"longest pause ([\d.]+) ms, longest digest ([\d.]+) ms, waited ([\d.]+) s for the audit writer; "
     r"the stop took ([\d.]+) s"
 )
+PAUSED = re.compile(r"the fold's pauses in all, by step: (.*)$", re.MULTILINE)
 WARM_S = 60  # the load's RSS is compared from here on: the first checkpoint has dropped the
 # restored fragments and the state digest has hashed every restored object (both by then)
 
@@ -400,6 +401,7 @@ def main() -> None:
         f["project_audit_waits_s"] = float(stopped.group(3))
         f["project_long_pauses"] = LONG_PAUSE.findall(project.err)
         stops = [float(stopped.group(4))]
+        paused = [paused_of(project.err)]
         f["audit_bytes_per_record"] = audit_bytes(db) / e
         say("history")  # as a running projector leaves the index: current (else history catches it up first)
         latencies = history_latency(env, sample_subjects(head, e))
@@ -430,6 +432,7 @@ def main() -> None:
             f["longest_digest_ms"] = max(f["longest_digest_ms"], float(stopped.group(2)))
             f["project_long_pauses"] += LONG_PAUSE.findall(again.err)
             stops.append(float(stopped.group(4)))
+            paused.append(paused_of(again.err))
             projects.append((again.seconds, r, again.cpu))
             pure = timed(
                 [STRATA, "snapshot", "--digest"], env_for(settings, STRATA_DB_URL=f"sqlite:///{work / 'empty.db'}")
@@ -444,6 +447,7 @@ def main() -> None:
         f["project_stop_runs"] = stops
         # where each run's CPU went (CpuWatch): the fastest's below the table, every run's in the JSON
         f["project_cpu_runs"] = [{**cpu, "wall": s, "records": n} for s, n, cpu in projects]
+        f["project_paused_runs"] = paused  # the fold thread's pauses by step, run by run
         f["pure_cpu_runs"] = [{**cpu, "wall": s, "records": r} for s, cpu in pures]
         f.update(project_no_audit_s=min(bare), project_no_audit_runs=bare)
         f["digests_equal"] = float(digests == {digest} and replica["version"] == r)
@@ -515,7 +519,11 @@ def cpu_lines(f: dict[str, Any]) -> list[str]:
     would make of it with cores to spare."""
     if not f.get("project_cpu_runs") or not f.get("pure_cpu_runs"):
         return []
-    project = min(f["project_cpu_runs"], key=lambda c: c["wall"] / c["records"])
+    fastest = min(
+        range(len(f["project_cpu_runs"])),
+        key=lambda i: f["project_cpu_runs"][i]["wall"] / f["project_cpu_runs"][i]["records"],
+    )
+    project = f["project_cpu_runs"][fastest]
     pure = min(f["pure_cpu_runs"], key=lambda c: c["wall"])
     lines = []
     for name, run in (("project", project), ("pure fold", pure)):
@@ -527,7 +535,24 @@ def cpu_lines(f: dict[str, Any]) -> list[str]:
         f"project's fold thread alone / the pure fold's wall: {per_record / (pure['wall'] / pure['records']):.2f}x "
         f"(stops took {', '.join(f'{s:.1f}' for s in f.get('project_stop_runs', ()))} s)"
     )
+    paused = f.get("project_paused_runs", [])[fastest] if len(f.get("project_paused_runs", [])) > fastest else {}
+    if paused:
+        steps = ", ".join(f"{step} {seconds:.2f}" for step, seconds in paused.items())
+        total = sum(paused.values())
+        lines.append(
+            f"its fold thread's pauses between records (s, wall): {steps}; {total:.1f} in all, "
+            f"the records themselves at most {project['fold thread'] - total:.1f} of its CPU"
+        )
     return lines
+
+
+def paused_of(err: str) -> dict[str, float]:
+    """``project``'s pauses by step, from its last line (none: an empty dict)."""
+    found = PAUSED.search(err)
+    if found is None:
+        return {}
+    parts = (part.split(" ") for part in found.group(1).split(", "))  # "settle 1.23 s"
+    return {step: float(seconds) for step, seconds, _unit in parts}
 
 
 if __name__ == "__main__":

@@ -13,12 +13,13 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from confluent_kafka import KafkaException
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from strata.digests import DigestReporter
 from strata.health import Health
@@ -69,6 +70,31 @@ CHECKPOINT_BYTES = Gauge("strata_checkpoint_bytes", "Size of the newest checkpoi
 CHECKPOINT_VERSION = Gauge("strata_checkpoint_version", "Version of the newest checkpoint.")
 CHECKPOINT_AGE = Gauge("strata_checkpoint_age_seconds", "Seconds since the newest checkpoint was written.")
 AUDIT_LAG = Gauge("strata_audit_index_lag_records", "Records applied by the fold that the audit index lacks.")
+# The steps of the fold's bookkeeping between records (``_Following.tend``), in the order it takes them.
+PAUSE_STEPS = ("collect", "checkpoint", "audit", "release", "settle", "freeze", "report")
+
+
+class FoldPauses:
+    """How long the fold has stood still between records in all, by step, exported when scraped:
+    the fold only adds to a dict (a labelled Counter would take a lock per step, as
+    ``strata.log.metrics.Following`` says). One per process (``FOLD_PAUSES``)."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PAUSE_STEPS, 0.0)
+
+    def collect(self) -> Iterator[Metric]:
+        paused = CounterMetricFamily(
+            "strata_fold_paused_seconds",
+            "Time the fold stood still between records for its bookkeeping, by step.",
+            labels=["step"],
+        )
+        for step, seconds in self.seconds.items():
+            paused.add_metric([step], seconds)
+        yield paused
+
+
+FOLD_PAUSES = FoldPauses()
+REGISTRY.register(FOLD_PAUSES)
 
 
 @dataclass
@@ -81,13 +107,18 @@ class Progress:
     longest_digest_s: float = 0.0  # the longest a state digest report took (part of a pause)
     writer_waits_s: float = 0.0  # how long the fold waited in all for the audit index's writer
     stop_s: float = 0.0  # how long the stop took: the final checkpoint, the audit index's drain
+    paused_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PAUSE_STEPS, 0.0))  # in all, by step
 
     @property
     def lag(self) -> int:
         return max(0, self.end - self.version)
 
-    def pause(self, seconds: float) -> None:
+    def pause(self, seconds: float, steps: Sequence[tuple[str, float]] = ()) -> None:
         self.longest_pause_s = max(self.longest_pause_s, seconds)
+        mine, everyone = self.paused_s, FOLD_PAUSES.seconds
+        for step, took in steps:
+            mine[step] += took
+            everyone[step] += took
 
 
 class LogRunner:
@@ -500,7 +531,7 @@ class _Following:
             self.digests.offer(state.version, state.state_digest())
             self.progress.longest_digest_s = max(self.progress.longest_digest_s, time.perf_counter() - digest_started)
         pause.step("report")
-        self.progress.pause(pause.seconds)
+        self.progress.pause(pause.seconds, pause.steps)
         if pause.seconds > LONG_PAUSE_S:
             LOG.info("a pause of %.1f ms at version %d: %s", pause.seconds * 1000, version, pause)
 

@@ -510,6 +510,8 @@ def project(
         f"the stop took {progress.stop_s:.1f} s (final checkpoint, audit index drained)",
         err=True,
     )
+    paused = ", ".join(f"{step} {seconds:.2f} s" for step, seconds in progress.paused_s.items())
+    click.echo(f"the fold's pauses in all, by step: {paused}", err=True)
 
 
 @main.command()

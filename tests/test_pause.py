@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from strata.digests import DigestReporter
 from strata.ingest.trace import read_trace
@@ -18,7 +19,15 @@ from strata.projector import runner as runner_module
 from strata.projector.auditwriter import AuditFeed
 from strata.projector.release import Release
 from strata.projector.replay import replay_file
-from strata.projector.runner import CHECK_ALWAYS_BELOW, TEND_EVERY, LogRunner, Progress, _Following, _Pause
+from strata.projector.runner import (
+    CHECK_ALWAYS_BELOW,
+    PAUSE_STEPS,
+    TEND_EVERY,
+    LogRunner,
+    Progress,
+    _Following,
+    _Pause,
+)
 from strata.projector.sqlstore import SqlCheckpointStore
 from strata.projector.state import CacheState, FoldConfig
 from strata.projector.statedigest import SETTLE_EVERY
@@ -66,6 +75,29 @@ def test_a_pause_that_forks_a_checkpoint_leaves_the_freeing_and_the_audit_to_the
         assert not run.writer.busy and len(release) == 0 and pumped == [state.version]
     finally:
         feed.close()
+
+
+def _exported_pauses() -> dict[str, float]:
+    return {s: REGISTRY.get_sample_value("strata_fold_paused_seconds_total", {"step": s}) or 0.0 for s in PAUSE_STEPS}
+
+
+def test_the_pauses_add_up_by_step_for_the_run_and_for_the_process(tmp_path: Path) -> None:
+    """Each pause's steps add to the run's totals (``project``'s last line) and to the process's
+    (``strata_fold_paused_seconds_total{step}``); a step ``tend`` takes that PAUSE_STEPS lacks fails."""
+    state, _ = replay_file(TRACE)
+    runner = LogRunner(settings_from(), SqlCheckpointStore(f"sqlite:///{tmp_path / 'cp.db'}"), FoldConfig())
+    runner._identity = LOG
+    progress = Progress(state.version, state.version)
+    run = _Following(runner, state, None, None, None, progress, 1, 3600.0, Release())
+    before = _exported_pauses()
+    run.requested = -1  # a checkpoint is due now: the first pause forks its writer
+    run.tend(time.monotonic(), idle=True)
+    run.writer.wait()
+    run.tend(time.monotonic(), idle=True)
+    assert list(progress.paused_s) == list(PAUSE_STEPS)
+    assert progress.paused_s["checkpoint"] > 0 and all(s >= 0 for s in progress.paused_s.values())
+    after = _exported_pauses()
+    assert {s: after[s] - before[s] for s in PAUSE_STEPS} == pytest.approx(progress.paused_s)
 
 
 @pytest.mark.parametrize(
