@@ -167,7 +167,8 @@ class Writer:
         os.kill(self._pid, signal.SIGKILL)
         os.waitpid(self._pid, 0)
         os.close(self._report)
-        LOG.info("the checkpoint at version %d left unwritten", self._job.version)
+        # the child may have committed just before the kill: then the store keeps it all the same
+        LOG.info("the checkpoint at version %d let go of (stored only if its writer had committed)", self._job.version)
         self._job.snapshot = None
         self._pid = self._job = self._report = None
 

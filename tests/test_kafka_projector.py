@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -76,17 +77,23 @@ def test_checkpoints_restore_to_the_digest_of_a_full_fold(kafka: Settings, db_ur
     trace = CONFORMANCE / "c06.jsonl"
     publish_trace(kafka, trace)
     env = {**env_of(kafka), "STRATA_DB_URL": db_url}
-    out = run("project", "--stop-at-end", "--checkpoint-every", "700", env=env, timeout=120)
+    out = run(
+        "project", "--stop-at-end", "--checkpoint-every", "700", env={**env, "STRATA_LOG_LEVEL": "INFO"}, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert "stopped at version 4000" in out.stderr
     store = SqlCheckpointStore(db_url)
     runner = LogRunner(kafka, store, FoldConfig())
     infos = store.list(runner.identity)
     versions = [i.version for i in infos]
+    # A checkpoint still being written when the fold reaches the end is let go of (the final one
+    # supersedes it): on a slow machine the one at 700, the 3,300 records after it folded first.
+    left = [int(v) for v in re.findall(r"the checkpoint at version (\d+) let go of", out.stderr)]
+    started = sorted({*versions[:-1], *left})
     # due every 700 records, once the writer has rested three times as long as the last one took
     # (the fold does not wait for it); the last is the final version
-    assert versions[0] == 700 and versions[-1] == 4000
-    assert all(later - earlier >= 700 for earlier, later in itertools.pairwise(versions[:-1]))
+    assert started and started[0] == 700 and versions[-1] == 4000, (versions, left)
+    assert all(later - earlier >= 700 for earlier, later in itertools.pairwise(started))
     for info in infos:  # every checkpoint is exactly the fold of its prefix
         assert info.digest == replay_file(trace, until=info.version)[0].snapshot().digest()
     for target in (0, 699, 700, 701, 2222, 4000):  # restore at or below, then the tail
