@@ -401,7 +401,6 @@ def main() -> None:
         f["project_audit_waits_s"] = float(stopped.group(3))
         f["project_long_pauses"] = LONG_PAUSE.findall(project.err)
         stops = [float(stopped.group(4))]
-        paused = [paused_of(project.err)]
         f["audit_bytes_per_record"] = audit_bytes(db) / e
         say("history")  # as a running projector leaves the index: current (else history catches it up first)
         latencies = history_latency(env, sample_subjects(head, e))
@@ -417,7 +416,8 @@ def main() -> None:
         f.update(cold_snapshot_s=cold.seconds, cold_snapshot_rss_mb=cold.rss_mb)
         f.update(replica_sync_s=replica["sync_s"], replica_process_s=replica["process_to_sync_s"])
         f["replica_rss_mb"] = replica["rss_mb"]
-        projects, pures = [(project.seconds, e, project.cpu)], [(pure.seconds, pure.cpu)]
+        projects = [(project.seconds, e, project.cpu, paused_of(project.err))]
+        pures = [(pure.seconds, pure.cpu)]
         digests |= {pure.out.strip(), cold.out.strip()}
         bare = [no_audit(settings, work / "bare0.db")]
         for n in range(1, rounds):
@@ -432,8 +432,7 @@ def main() -> None:
             f["longest_digest_ms"] = max(f["longest_digest_ms"], float(stopped.group(2)))
             f["project_long_pauses"] += LONG_PAUSE.findall(again.err)
             stops.append(float(stopped.group(4)))
-            paused.append(paused_of(again.err))
-            projects.append((again.seconds, r, again.cpu))
+            projects.append((again.seconds, r, again.cpu, paused_of(again.err)))
             pure = timed(
                 [STRATA, "snapshot", "--digest"], env_for(settings, STRATA_DB_URL=f"sqlite:///{work / 'empty.db'}")
             )
@@ -442,12 +441,11 @@ def main() -> None:
             bare.append(no_audit(settings, work / f"bare{n}.db"))
         f["project_longest_pause_ms"] = f["longest_pause_ms"]  # the catch-ups' alone
         f.update(pure_s=min(s for s, _ in pures), pure_runs=[s for s, _ in pures])
-        f["project_runs"] = [seconds for seconds, _, _ in projects]
-        f["project_s_per_record"] = min(seconds / records for seconds, records, _ in projects)
+        f["project_runs"] = [seconds for seconds, *_ in projects]
+        f["project_s_per_record"] = min(seconds / records for seconds, records, *_ in projects)
         f["project_stop_runs"] = stops
         # where each run's CPU went (CpuWatch): the fastest's below the table, every run's in the JSON
-        f["project_cpu_runs"] = [{**cpu, "wall": s, "records": n} for s, n, cpu in projects]
-        f["project_paused_runs"] = paused  # the fold thread's pauses by step, run by run
+        f["project_cpu_runs"] = [{**cpu, "paused": p, "wall": s, "records": n} for s, n, cpu, p in projects]
         f["pure_cpu_runs"] = [{**cpu, "wall": s, "records": r} for s, cpu in pures]
         f.update(project_no_audit_s=min(bare), project_no_audit_runs=bare)
         f["digests_equal"] = float(digests == {digest} and replica["version"] == r)
@@ -519,15 +517,11 @@ def cpu_lines(f: dict[str, Any]) -> list[str]:
     would make of it with cores to spare."""
     if not f.get("project_cpu_runs") or not f.get("pure_cpu_runs"):
         return []
-    fastest = min(
-        range(len(f["project_cpu_runs"])),
-        key=lambda i: f["project_cpu_runs"][i]["wall"] / f["project_cpu_runs"][i]["records"],
-    )
-    project = f["project_cpu_runs"][fastest]
+    project = min(f["project_cpu_runs"], key=lambda c: c["wall"] / c["records"])
     pure = min(f["pure_cpu_runs"], key=lambda c: c["wall"])
     lines = []
     for name, run in (("project", project), ("pure fold", pure)):
-        parts = ", ".join(f"{k} {v:.1f}" for k, v in run.items() if k not in ("wall", "records"))
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in run.items() if k not in ("wall", "records", "paused"))
         shown = f"{run['wall']:.1f} s wall over {run['records']} records"
         lines.append(f"CPU (s) of the fastest {name} run, {shown}: {parts}")
     per_record = project["fold thread"] / project["records"]
@@ -535,7 +529,7 @@ def cpu_lines(f: dict[str, Any]) -> list[str]:
         f"project's fold thread alone / the pure fold's wall: {per_record / (pure['wall'] / pure['records']):.2f}x "
         f"(stops took {', '.join(f'{s:.1f}' for s in f.get('project_stop_runs', ()))} s)"
     )
-    paused = f.get("project_paused_runs", [])[fastest] if len(f.get("project_paused_runs", [])) > fastest else {}
+    paused = project.get("paused", {})  # the fold thread's pauses by step
     if paused:
         steps = ", ".join(f"{step} {seconds:.2f}" for step, seconds in paused.items())
         total = sum(paused.values())

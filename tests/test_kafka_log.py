@@ -289,8 +289,6 @@ def test_a_read_from_0_fails_when_the_log_lost_its_first_records(kafka: Settings
     """A read names its first offset, 0 included (the client's "beginning" cost every read from 0
     a lookup of half a second). A log whose first records are gone (deleted, retention) fails such
     a read, saying so, instead of silently starting at a later record."""
-    from confluent_kafka.admin import AdminClient
-
     names = TopicNames(kafka.topic_prefix)
     raw = Producer(kafka.client_config())
     for record in LOG_RECORDS * 10:
