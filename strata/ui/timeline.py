@@ -9,8 +9,8 @@ history never stops at the moment the UI started.
 
 A past version is computed, never by refolding the log from its start: from the nearest state
 at or below it, an anchor (``states.fork``, laid every ``anchor_every`` records over a window
-before the versions the user browses, in the background after the answer, and by the survey over
-the whole history: ``survey``) or a checkpoint, whichever costs less to fold forward from. The
+before the versions the user browses, with the answer, and by the survey over the whole
+history: ``survey``) or a checkpoint, whichever costs less to fold forward from. The
 snapshots and anchors are kept in one LRU bounded by the bytes of their own dict structure
 (``states.own_bytes``); restored lineages other than the newest are dropped whole, since their
 objects (a restore's 450 MB at 150,000 pods) are not shared with anything else.
@@ -150,8 +150,6 @@ class Timeline:
         self._tails: OrderedDict[int, frozenset[str]] = OrderedDict()
         self._live_from_grid = False  # whether the live fold has passed a grid point since its restore
         self._asked: deque[int] = deque(maxlen=ASKED_KEPT)  # the past versions asked for lately
-        self._layer: threading.Thread | None = None  # laying a window in the background
-        self._lay_next: int | None = None  # the version whose window it lays next
         self._told = threading.local()  # how the calling thread's last ``snapshot`` came (``how``)
         # one reader for every past fold: it asks the brokers whether the log exists once (55 ms)
         self._reader = CacheLogReader(runner.settings, keep_consumer=True)  # used under the past lock
@@ -307,17 +305,20 @@ class Timeline:
             waited = _ms(asked)
             browsed = self._browsing(version)
             self._asked.append(version)
-            # A window to lay from the survey is laid after the answer, in the background: it
-            # costs about eight answers' time
-            later = browsed and self._window_from(version) is not None
+            started = time.perf_counter()
+            # The window is laid with the answer: the first versions asked near this one come
+            # within a second, and laid after it, the window was not there yet for them (each
+            # then rebuilt a survey point from its key, up to 600 ms, beside the window's own)
+            laid = self._lay_window(version) if browsed else 0
+            window = f"{laid} anchors laid before it in {_ms(started)} ms, " if laid else ""
             started = time.perf_counter()
             state, lineage = self._start_for(version)
             start, how, began = state.version, self._told.how, _ms(started)
             folding = time.perf_counter()
-            self._fold(state, version, lineage, browsed and not later)
+            self._fold(state, version, lineage, browsed)
             snapshot = state.snapshot()
             self._told.how = (
-                f"{how} at {start} in {began} ms, {version - start} records folded in {_ms(folding)} ms"
+                f"{window}{how} at {start} in {began} ms, {version - start} records folded in {_ms(folding)} ms"
                 + (f", {waited} ms waiting" if waited >= 1 else "")
             )
             # the next one may fold on from it; only the last few such cursors are kept
@@ -325,8 +326,6 @@ class Timeline:
             self._drop_cursors()
             self._remember(("s", version), _Item(lineage, snapshot))
             gc.freeze()
-        if later:
-            self._lay_later(version)
         return snapshot
 
     def how(self) -> str:
@@ -409,75 +408,40 @@ class Timeline:
         lower = self.survey.below(max(reach, 0))  # a window that reaches below the log starts at its first point
         return lower if lower is not None else self.survey.below(version)
 
-    # ------------------------------------------------------------------- windows, later
-    def _lay_later(self, version: int) -> None:
-        """Have the window before ``version`` laid in the background (the newest such version
-        wins): one thread, a grid step at a time, only while no request is answered."""
+    # ------------------------------------------------------------------------- windows
+    def _lay_window(self, version: int) -> int:
+        """Lay the window's anchors from where ``_window_from`` says up to ``version``'s step of
+        the grid (under the past lock, held by the request that asks for ``version``), and say
+        how many. A step is the survey's delta written into a fork of the anchor before where
+        the survey has the point (a few ms at 150,000 pods), else a fold of its records (20-90
+        ms); the first is the survey's point below the window rebuilt from its key."""
+        start = self._window_from(version)
+        if start is None:  # laid already, or nothing in reach to start it
+            return 0
         with self._changed:
-            self._lay_next = version
-            if self._layer is None:
-                self._layer = threading.Thread(target=self._laying, name="ui-window", daemon=True)
-                self._layer.start()
-
-    def _laying(self) -> None:
-        version: int | None = None
-        try:
-            while True:
-                with self._changed:
-                    version, self._lay_next = self._lay_next, None
-                    if version is None:
-                        self._layer = None
-                        return
-                self._lay_window(version)
-        except Stopped:
-            pass
-        except Exception as exc:  # windows only save time: the versions asked still fold without them
-            LOG.warning("the UI could not lay anchors before version %s: %s", version, exc)
-            with self._changed:
-                self._layer = None
-
-    def _lay_window(self, version: int) -> None:
-        """Lay the window's anchors from where ``_window_from`` says up to ``version``, a grid
-        step under the past lock at a time: a request waits for at most one step, never for the
-        window. A step is the survey's delta written into a fork of the anchor before where the
-        survey has the point (a few ms at 150,000 pods), else a fold of its records (20-90 ms). A
-        restore of another lineage meanwhile (which drops the anchors of all others but the live
-        and the survey's) ends it."""
-        self._gate()
-        with self._past_lock:
-            start = self._window_from(version)
-            if start is None:  # laid meanwhile
-                return
-            with self._changed:
-                anchor = self._items.get(("a", start))
-            begun: CacheState | None = None
-            lineage = SURVEY
-            if anchor is not None and isinstance(anchor.value, CacheState):
-                begun, lineage = fork(anchor.value), anchor.lineage
-        # a survey point is rebuilt outside the past lock: a request waited 100-200 ms for it
-        state = begun if begun is not None else self.survey.state_at(start)
+            anchor = self._items.get(("a", start))
+        if anchor is not None and isinstance(anchor.value, CacheState):
+            state, lineage = fork(anchor.value), anchor.lineage
+        else:
+            state, lineage = self.survey.state_at(start), SURVEY
         lay_from = version - ANCHOR_WINDOW * self.anchor_every
         shared = False  # whether ``state`` is an anchor laid here (a fold must not write it)
+        laid = 0
         while True:
             grid = state.version - state.version % self.anchor_every + self.anchor_every
             if grid >= version:  # the anchors before the version are laid (it has one of its own)
-                break
-            self._gate()
-            with self._past_lock:
-                if lineage not in (LIVE, SURVEY, self._lineage):
-                    return
-                if self.survey.has(grid) and self.survey.starts(state.version, grid):
-                    # the survey's delta to the next grid point written into a fork: a few ms,
-                    # where a fold of the 1,024 records took 20-90 ms under this lock
-                    state, shared = self.survey.state_at(grid, state), False
-                else:
-                    if shared:
-                        state, shared = fork(state), False
-                    self._fold(state, grid, lineage, False, lay_from)
-                if self._lays(grid, lay_from, True):
-                    self._remember(("a", grid), _Item(lineage, state), evict=False)
-                    shared = True
-        gc.freeze()
+                return laid
+            if self.survey.has(grid) and self.survey.starts(state.version, grid):
+                # the survey's delta to the next grid point written into a fork: a few ms,
+                # where a fold of the 1,024 records took 20-90 ms
+                state, shared = self.survey.state_at(grid, state), False
+            else:
+                if shared:
+                    state, shared = fork(state), False
+                self._fold(state, grid, lineage, False, lay_from)
+            if self._lays(grid, lay_from, True):
+                self._remember(("a", grid), _Item(lineage, state), evict=False)
+                shared, laid = True, laid + 1
 
     def _newest_checkpoint(self, version: int) -> int:
         listed_at, versions = self._checkpoints
