@@ -45,8 +45,9 @@ ANCHOR_EVERY = 1024  # records between anchors: a nearby version is at most this
 ANCHOR_WINDOW = 16  # anchors laid over the last ANCHOR_WINDOW * ANCHOR_EVERY records before a version asked for
 COARSE = 8  # every COARSE-th point of the grid gets an anchor over a whole fold (the window: every one)
 ASKED_KEPT = 4  # past versions asked for lately: BROWSED near a new one mean the user is browsing there
-# A window costs about 650 ms at 150,000 pods (a fold of some 17,000 records and 16 forks), eight
-# times a version reached without one. With two of the last four near, versions drawn 20,000 to
+# A window costs 0.7-2 s at 150,000 pods (a survey point rebuilt from its key, 16 deltas written
+# into forks), several times a version reached without one, and the answer that lays it pays it.
+# With two of the last four near, versions drawn 20,000 to
 # 120,000 records apart laid one about one request in four (the bench's far versions: p99 600-740
 # ms); with all four near, none in 60 (at most 148 ms), while a user who stays in one stretch has
 # it from the fourth version asked there on.
