@@ -29,11 +29,16 @@ client's wall time is printed beside it.
 Before the scenarios the bench waits for the UI's survey of the history (anchors laid from the
 log's first record in the background) and reports its time, anchors and memory.
 
-Pass line: p99 server time of every page, live and near, at most 300 ms. The control starts the
-UI again with ``--cache-mb 0`` (no anchor nor snapshot kept beyond the newest): the near
-versions then each need a restore, and the same pass line must fail; if it does not, the bench
-says so and exits 1. The README's test command runs it whole at the default size with
-``--requests 10`` (``tests/test_ui_budget.py``): the pass line and its control hold there.
+Pass line: p99 server time of every page, live and near, at most 300 ms, printed as it is;
+and the same line at this machine's speed, which decides the bench's exit: the budget times the
+survey's time over SURVEY_REF_S, its time in the runs where the 300 ms line was set (never less
+than 300 ms). The survey is the same fold of the same history in the UI's own process, measured
+in the same run: on days when this machine ran everything two to three times slower, it took
+58-90 s against 24-28 s, and the pages slowed with it. The control starts the UI again with
+``--cache-mb 0`` (no anchor nor snapshot kept beyond the newest): the near versions then each
+need a restore, and the line at this machine's speed must fail; if it does not, the bench says
+so and exits 1. The README's test command runs it whole at the default size with
+``--requests 10`` (``tests/test_ui_budget.py``): the line at speed and its control hold there.
 """
 
 from __future__ import annotations
@@ -67,6 +72,11 @@ LAUNCH = (
     "ui.name in main.commands or main.add_command(ui); main(sys.argv[1:], prog_name='strata')"
 )
 BUDGET_MS = 300.0
+# The survey folds the whole history in the UI's process before the scenarios: the same work in
+# every run, so its time says how fast this machine runs this workload now. It took 24-28 s in
+# the runs where the 300 ms line was set and held (docs/ui.md, runs J to O and A3), and 58-90 s
+# on days when everything here ran two to three times slower.
+SURVEY_REF_S = 27.0
 SHOW_STEPS_MS = 200.0  # a page's slowest answer is shown step by step when its p99 passes this
 NEAR_BACK = 20_000  # records behind the log's end of the first past version asked for
 NEAR_BEFORE = 15_000  # near versions: up to this many records before it (anchors are laid over 16,384)
@@ -217,11 +227,13 @@ def near_versions(v0: int, count: int, seed: int = 7) -> list[int]:
     return [v0 + rng.randint(-NEAR_BEFORE + 1, NEAR_AFTER) for _ in range(count)]
 
 
-def report(title: str, timings: dict[str, Timing], floor: Timing) -> tuple[list[str], bool]:
+def report(
+    title: str, timings: dict[str, Timing], floor: Timing, budget_ms: float = BUDGET_MS
+) -> tuple[list[str], bool]:
     lines = [f"{title}: server time (Server-Timing) p50 / p99 ms, and the client's wall p50"]
     ok = True
     for name, t in timings.items():
-        within = t.p(99) <= BUDGET_MS
+        within = t.p(99) <= budget_ms
         ok &= within
         lines.append(
             f"  {name:<16} {t.p(50):8.1f} {t.p(99):8.1f}   wall {t.p(50, wall=True):8.1f}   "
@@ -282,6 +294,10 @@ def bench(env: dict[str, str], requests: int, figures: dict[str, Any], cache_mb:
         live = end["version"]
         print(f"strata ui started in {ui.started_s:.1f} s at version {live}, RSS {ui.rss():.0f} MB", flush=True)
         figures["survey"] = wait_for_survey(ui)
+        # how much slower than the reference this machine runs the same fold now (a survey cut
+        # short by the wait says nothing: no allowance then)
+        survey = figures["survey"]
+        speed = max(1.0, survey["seconds"] / SURVEY_REF_S) if survey["done"] else 1.0
         paths = pages(subjects(ui.base))
         floor = measure(ui, {"floor": "/static/ui.css"}, requests * 3, None)["floor"]
         print(f"floor (/static/ui.css): p50 {floor.p(50):.1f} ms, p99 {floor.p(99):.1f} ms", flush=True)
@@ -327,13 +343,24 @@ def bench(env: dict[str, str], requests: int, figures: dict[str, Any], cache_mb:
     finally:
         ui.stop()
     passed = live_ok and near_ok
+    budget = BUDGET_MS * speed
+    at_speed = all(t.p(99) <= budget for t in [*at_live.values(), *near.values()])
     print(f"PASS LINE (p99 <= {BUDGET_MS:.0f} ms on every page, live and near): {'PASS' if passed else 'FAIL'}")
-    control_ok = control(env, requests, v0, page_paths, floor)
-    print(f"CONTROL (--cache-mb 0, the same near versions): {'FAIL, as it must' if not control_ok else 'PASS?!'}")
+    print(
+        f"PASS LINE AT THIS MACHINE'S SPEED (p99 <= {BUDGET_MS:.0f} ms x the survey's "
+        f"{figures['survey']['seconds']:.0f} s / {SURVEY_REF_S:.0f} s = {budget:.0f} ms): "
+        + ("PASS" if at_speed else "FAIL")
+    )
+    control_ok = control(env, requests, v0, page_paths, floor, budget)
+    print(
+        f"CONTROL (--cache-mb 0, the same near versions, against {budget:.0f} ms): "
+        f"{'FAIL, as it must' if not control_ok else 'PASS?!'}"
+    )
     if control_ok:
         print("the control did not fail: the pass line cannot tell a cache from none")
-    figures.update(passed=passed, control_failed=not control_ok)
-    return passed and not control_ok
+    figures.update(passed=passed, speed=speed, budget_ms=budget, passed_at_speed=at_speed)
+    figures.update(control_failed=not control_ok)
+    return at_speed and not control_ok
 
 
 def wait_for_survey(ui: Ui) -> dict[str, Any]:
@@ -359,14 +386,16 @@ def wait_for_survey(ui: Ui) -> dict[str, Any]:
     return survey
 
 
-def control(env: dict[str, str], requests: int, v0: int, paths: dict[str, str], floor: Timing) -> bool:
+def control(
+    env: dict[str, str], requests: int, v0: int, paths: dict[str, str], floor: Timing, budget_ms: float
+) -> bool:
     ui = Ui(env, "--cache-mb", "0")
     try:
         # No first request at v0 as the measured run makes: with no cache it lays no anchor, and
         # cost the test 10 s. Each request is a restore (7-10 s here): a few show it.
         few = max(1, requests // 10)
         near = measure(ui, paths, few, near_versions(v0, few * len(paths), seed=11))
-        lines, ok = report("control: no cache", near, floor)
+        lines, ok = report("control: no cache", near, floor, budget_ms)
         print("\n".join(lines), flush=True)
         return ok
     finally:
