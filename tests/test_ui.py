@@ -32,6 +32,7 @@ from strata.ingest.from_trace import publish_trace
 from strata.ingest.trace import split_lines
 from strata.log.cachelog import Publisher
 from strata.log.config import Settings
+from strata.log.errors import StrataError
 from strata.log.topics import TopicNames, drop_topics, ensure_topics
 from strata.projector.replay import fold_line, replay_bytes
 from strata.projector.snapshot import Snapshot
@@ -572,21 +573,26 @@ def test_a_window_is_laid_only_where_the_last_versions_asked_all_fall(
     assert browsing(version, asked, ANCHOR_WINDOW * ANCHOR_EVERY) is browsed
 
 
-@KAFKA
-@pytest.mark.parametrize("grid", [1, 4])
-def test_a_browsed_versions_window_is_laid_with_its_answer(server: Server, tmp_path: Path, grid: int) -> None:
-    """The first past version asked lays its window before its answer: when the answer comes,
-    the window's anchors are there, each the state a fold from the start gives at its version,
-    and the versions in it then fold from them (no restore) to what that fold gives. On the
-    survey's own grid (every 4 records here) the anchors are its deltas written into forks,
-    with no fold of records; off it (every record, the survey every 8), folds. Laid after the
-    answer, or not at all, the anchors are missing when it returns: the check can tell."""
+@dataclass
+class _Surveyed:
+    """A timeline over the sample whose live state starts at its end, the survey done, and the
+    canonical bytes of a fold from the start at every version."""
+
+    timeline: Any
+    expected: dict[int, bytes]
+    end: int
+    stop: threading.Event
+
+
+@pytest.fixture
+def surveyed(server: Server, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[_Surveyed]:
     from strata.log.cachelog import CacheLogReader
     from strata.projector.runner import LogRunner
     from strata.projector.sqlstore import SqlCheckpointStore
     from strata.projector.state import FoldConfig
     from strata.ui.timeline import Timeline
 
+    grid: int = request.param
     settings = server.settings.with_(db_url=f"sqlite:///{tmp_path / 'window.db'}")
     runner = LogRunner(settings, SqlCheckpointStore(settings.checkpoint_url), FoldConfig())
     end = server.end_of_sample
@@ -599,9 +605,6 @@ def test_a_browsed_versions_window_is_laid_with_its_answer(server: Server, tmp_p
     timeline = Timeline(
         runner, None, budget_bytes=1 << 20, anchor_every=grid, chunk=5, survey_every=grid if grid > 1 else 8
     )
-    folds: list[int] = []
-    fold = timeline._fold
-    timeline._fold = lambda state, version, *rest: (folds.append(version), fold(state, version, *rest))[1]  # type: ignore[method-assign]
     stop = threading.Event()
     timeline.start(stop)
     try:
@@ -609,21 +612,59 @@ def test_a_browsed_versions_window_is_laid_with_its_answer(server: Server, tmp_p
         deadline = time.monotonic() + 60
         while not timeline.stats().survey.done and time.monotonic() < deadline:
             time.sleep(0.05)
-        asked = end - 1
-        before = timeline.stats().anchors
-        assert timeline.snapshot(asked).canonical_bytes() == expected[asked]
-        wanted = min(8, (asked - 1) // grid)  # the grid's points in the window (the sample is short)
-        assert timeline.stats().anchors >= before + wanted, (before, timeline.stats())
-        laid = {v: item.value for (kind, v), item in timeline._items.items() if kind == "a" and v < asked}
-        assert len(laid) >= wanted, laid
-        for v, anchor in laid.items():
-            assert anchor.snapshot().canonical_bytes() == expected[v], v
-        assert (folds == [asked]) == (grid == 4), folds  # the request's own fold only, on the survey's grid
-        for v in range(asked - 8, asked):
-            assert timeline.snapshot(v).canonical_bytes() == expected[v], v
-        assert timeline.stats().restores == 0
+        yield _Surveyed(timeline, expected, end, stop)
     finally:
         stop.set()
+
+
+@KAFKA
+@pytest.mark.parametrize("surveyed", [1, 4], indirect=True)
+def test_a_browsed_versions_window_is_laid_with_its_answer(surveyed: _Surveyed) -> None:
+    """The first past version asked lays its window before its answer: when the answer comes,
+    the window's anchors are there, each the state a fold from the start gives at its version,
+    and the versions in it then fold from them (no restore) to what that fold gives. On the
+    survey's own grid (every 4 records here) the anchors are its deltas written into forks,
+    with no fold of records; off it (every record, the survey every 8), folds. Laid after the
+    answer, or not at all, the anchors are missing when it returns: the check can tell."""
+    timeline, expected = surveyed.timeline, surveyed.expected
+    grid = timeline.anchor_every
+    folds: list[int] = []
+    fold = timeline._fold
+
+    def counted(state: CacheState, version: int, *rest: Any) -> None:
+        folds.append(version)
+        fold(state, version, *rest)
+
+    timeline._fold = counted
+    asked = surveyed.end - 1
+    before = timeline.stats().anchors
+    assert timeline.snapshot(asked).canonical_bytes() == expected[asked]
+    wanted = min(8, (asked - 1) // grid)  # the grid's points in the window (the sample is short)
+    assert timeline.stats().anchors >= before + wanted, (before, timeline.stats())
+    laid = {v: item.value for (kind, v), item in timeline._items.items() if kind == "a" and v < asked}
+    assert len(laid) >= wanted, laid
+    for v, anchor in laid.items():
+        assert anchor.snapshot().canonical_bytes() == expected[v], v
+    assert (folds == [asked]) == (grid == 4), folds  # the request's own fold only, on the survey's grid
+    for v in range(asked - 8, asked):
+        assert timeline.snapshot(v).canonical_bytes() == expected[v], v
+    assert timeline.stats().restores == 0
+
+
+@KAFKA
+@pytest.mark.parametrize("surveyed", [4], indirect=True)
+def test_a_window_that_cannot_be_laid_costs_only_time(surveyed: _Surveyed) -> None:
+    """A window only saves time: when laying it fails (the broker away in the middle of it, say),
+    the version asked is still answered, from the survey, and is the fold from the start."""
+    timeline = surveyed.timeline
+    asked = surveyed.end - 1
+
+    def broken(version: int) -> int:
+        raise StrataError("the broker went away while the window was laid")
+
+    timeline._lay_window = broken
+    assert timeline.snapshot(asked).canonical_bytes() == surveyed.expected[asked]
+    assert "anchors laid" not in timeline.how()
 
 
 @pytest.mark.parametrize("budget", [1 << 30, 400 << 10, 200 << 10])

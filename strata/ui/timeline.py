@@ -310,7 +310,7 @@ class Timeline:
             # The window is laid with the answer: the first versions asked near this one come
             # within a second, and laid after it, the window was not there yet for them (each
             # then rebuilt a survey point from its key, up to 600 ms, beside the window's own)
-            laid = self._lay_window(version) if browsed else 0
+            laid = self._lay_window_safely(version) if browsed else 0
             window = f"{laid} anchors laid before it in {_ms(started)} ms, " if laid else ""
             started = time.perf_counter()
             state, lineage = self._start_for(version)
@@ -410,6 +410,14 @@ class Timeline:
         return lower if lower is not None else self.survey.below(version)
 
     # ------------------------------------------------------------------------- windows
+    def _lay_window_safely(self, version: int) -> int:
+        """``_lay_window``, whose failure only costs time: the version still folds without it."""
+        try:
+            return self._lay_window(version)
+        except Exception as exc:
+            LOG.warning("the UI could not lay anchors before version %s: %s", version, exc)
+            return 0
+
     def _lay_window(self, version: int) -> int:
         """Lay the window's anchors from where ``_window_from`` says up to ``version``'s step of
         the grid (under the past lock, held by the request that asks for ``version``), and say
