@@ -145,7 +145,7 @@ class LogRunner:
         try:
             return self.reader.end_offset()
         except KafkaException as exc:
-            LOG.warning("the log's end is unknown for now: %s", exc.args[0].str() if exc.args else exc)
+            LOG.warning("the log's end is unknown for now: %s", _reason(exc))
             return last
 
     def restore(self, at_or_below: int | None = None) -> CacheState:
@@ -169,6 +169,21 @@ class LogRunner:
         )
         state.expect_offset(end)
         return state
+
+    def _end_at_start(self, stop: threading.Event) -> int:
+        """The log's end as a follower starts. A follower outlives the brokers' absences: right
+        after a broker's loss its partitions' leaders are elected again, which can take longer
+        than one ask's 10 s, and a follower started then asks again instead of ending (it is
+        not ready meanwhile). A bootstrap that answers nothing has failed before this, on the
+        log's identity."""
+        while True:
+            try:
+                return self.reader.end_offset()
+            except KafkaException as exc:
+                if stop.is_set():
+                    raise
+                LOG.warning("the log's end is unknown for now, asking again: %s", _reason(exc))
+                stop.wait(1.0)
 
     def checkpoint(self, state: CacheState) -> CheckpointInfo:
         """Write a checkpoint of ``state`` here and now (``follow`` has its writer do it)."""
@@ -197,7 +212,7 @@ class LogRunner:
         ``health`` is ready once the checkpoint is restored, the log's end as of the start is
         applied and every one of ``kinds`` is SYNCED.
         """
-        end = self.reader.end_offset()
+        end = self.reader.end_offset() if until is not None else self._end_at_start(stop)
         restored: list[CacheState] = []
         if health is not None:
             health.require(lambda: sync_reason(restored[0] if restored else None, end, kinds))
@@ -592,3 +607,8 @@ class _Following:
         """Wait until the audit index holds every record added, or ``deadline`` has passed."""
         assert self.feed is not None
         self.progress.writer_waits_s += self.feed.drain(timeout_s=max(0.0, deadline - time.monotonic()))
+
+
+def _reason(exc: KafkaException) -> str:
+    """A Kafka error's own words (its KafkaError's), for a one-line warning."""
+    return str(exc.args[0].str()) if exc.args else str(exc)
