@@ -15,7 +15,7 @@
 # `docker run --rm strata:0.1.0 replay --digest /trace.jsonl`.
 
 # Any Debian-like Python 3.11 image with python3 -m venv and useradd; the tests use one made
-# locally with debootstrap (strata/devstack/image.py).
+# locally with debootstrap (strata/dev/stack/image.py).
 ARG BASE_IMAGE=python:3.11-slim
 # The Go toolchain that builds strata-volcano when no built binary is given (go.mod: go 1.26).
 ARG GO_IMAGE=golang:1.26-bookworm

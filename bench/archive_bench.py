@@ -29,12 +29,12 @@ def main() -> None:
     parser.add_argument("--records-per-file", type=int, default=100_000)
     args = parser.parse_args()
 
-    from strata.archive import export_archive, fold_archive, restore_archive
-    from strata.gen import generate
+    from strata.dev.gen import generate
     from strata.ingest.from_trace import publish_trace
     from strata.log.config import settings_from
     from strata.log.topics import ensure_topics
     from strata.projector.replay import replay_file
+    from strata.recovery.archive import export_archive, fold_archive, restore_archive
     from tests.conftest import drop_topics
 
     broker = settings_from()
@@ -78,9 +78,9 @@ def main() -> None:
                 "records_per_s": round(restored.records / restored.seconds),
                 "note": "includes verify_archive (a full refold) before producing",
             }
+            from strata.projector.checkpoints.sql import SqlCheckpointStore
+            from strata.projector.fold.state import FoldConfig
             from strata.projector.runner import LogRunner
-            from strata.projector.sqlstore import SqlCheckpointStore
-            from strata.projector.state import FoldConfig
 
             runner = LogRunner(target, SqlCheckpointStore(f"sqlite:///{Path(tmp) / 'c.db'}"), FoldConfig())
             assert runner.state_at(runner.reader.end_offset()).snapshot().digest() == expected, "restored log differs"

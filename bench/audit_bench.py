@@ -45,19 +45,19 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from strata.faults.common import STRATA, env_for
-from strata.history import history
-from strata.ingest.trace import parse_line, split_lines
-from strata.projector import audit
-from strata.projector.auditstore import BLOCK_RECORDS, AuditIndex, Records
-from strata.projector.auditwriter import Packer, read_frame
-from strata.projector.checkpoint import LogIdentity
+from strata.audit.history import history
+from strata.dev.faults.common import STRATA, env_for
+from strata.projector.auditindex.store import BLOCK_RECORDS, AuditIndex, Records
+from strata.projector.auditindex.writer import Packer, read_frame
+from strata.projector.checkpoints.interface import LogIdentity
+from strata.projector.checkpoints.sql import SqlCheckpointStore, normalize_url
+from strata.projector.fold import auditentries as audit
+from strata.projector.fold.kinds import GROUP_NAME
+from strata.projector.fold.state import CacheState
 from strata.projector.gctune import tune_for_fold
-from strata.projector.kinds import GROUP_NAME
-from strata.projector.sqlstore import SqlCheckpointStore, normalize_url
-from strata.projector.state import CacheState
 from strata.schemas import WatchEvent, encode
 from strata.schemas.records import LogRecord
+from strata.schemas.trace import parse_line, split_lines
 
 LOG = LogIdentity("bench-cache-log", "bench-cluster", "bench-fold")
 TIME_MS = 1_700_000_000_000  # a broker stamp for the first record; one millisecond per record after it

@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from strata.faults.common import STRATA, env_for, terminate, until
+from strata.dev.faults.common import STRATA, env_for, terminate, until
 from strata.kubeapi import KubeApi, Resource
 from strata.log.cachelog import CacheLogReader, CacheLogWriter
 from strata.log.config import settings_from

@@ -37,7 +37,7 @@ from strata.kubeapi import ApiError, KubeApi
 from strata.log.cachelog import CacheLogReader
 from strata.log.config import Settings, settings_from
 from strata.log.topics import drop_topics, ensure_topics
-from strata.projector.state import CacheState
+from strata.projector.fold.state import CacheState
 from strata.schemas import WatchEvent
 
 LABEL = {"strata-bench": "true"}

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from strata.devstack.kafka import KafkaBroker
+from strata.dev.stack.kafka import KafkaBroker
 from strata.log.cachelog import CacheLogReader, CacheLogWriter
 from strata.log.config import settings_from
 from strata.log.topics import ensure_topics

@@ -39,10 +39,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from strata.gen import cycle_lines
+from strata.dev.gen import cycle_lines
+from strata.projector.fold.state import CacheState
 from strata.projector.gctune import tune_for_fold
 from strata.projector.replay import fold_line, replay_file
-from strata.projector.state import CacheState
 
 CHILD = r"""
 import json, resource, sys, time
@@ -177,9 +177,9 @@ def _broker(trace: Path) -> dict[str, float]:
     from strata.ingest.from_trace import publish_trace
     from strata.log.config import settings_from
     from strata.log.topics import ensure_topics
+    from strata.projector.checkpoints.sql import SqlCheckpointStore
+    from strata.projector.fold.state import FoldConfig
     from strata.projector.runner import LogRunner
-    from strata.projector.sqlstore import SqlCheckpointStore
-    from strata.projector.state import FoldConfig
 
     tune_for_fold()  # as the projector does
     settings = settings_from(topic_prefix=f"bench-{uuid.uuid4().hex[:8]}.")
@@ -216,7 +216,7 @@ def main() -> None:
     trace = args.trace
     generated = None
     if trace is None:
-        from strata.gen import generate
+        from strata.dev.gen import generate
 
         generated = trace = Path(tempfile.mkstemp(suffix=".jsonl")[1])
         t0 = time.perf_counter()

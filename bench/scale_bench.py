@@ -64,14 +64,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from strata.faults.common import STRATA, env_for, percentile, rss_mb
-from strata.gen import cycle_lines, generate
-from strata.ingest.trace import record_from_json
+from strata.dev.faults.common import STRATA, env_for, percentile, rss_mb
+from strata.dev.gen import cycle_lines, generate
 from strata.log.cachelog import CacheLogWriter
 from strata.log.config import Settings, settings_from
 from strata.log.topics import drop_topics, ensure_topics
 from strata.projector.replay import replay_file
 from strata.schemas import objectjson
+from strata.schemas.trace import record_from_json
 
 TAIL = 1000
 LONG_PAUSE = re.compile(r"(a pause of [\d.]+ ms at version \d+: .*)$", re.MULTILINE)  # runner.LONG_PAUSE_S, INFO
@@ -97,7 +97,7 @@ REPLICA = r"""
 import json, resource, sys, threading, time
 t0 = time.perf_counter()
 from strata.log.config import settings_from
-from strata.projector.sqlstore import SqlCheckpointStore
+from strata.projector.checkpoints.sql import SqlCheckpointStore
 from strata.scheduler.cache import LogCache
 settings = settings_from()
 cache = LogCache(settings, "scale-bench", SqlCheckpointStore(sys.argv[1]))
@@ -132,7 +132,7 @@ class CpuWatch:
     SAMPLE_S = 0.1
     HELPERS: ClassVar[dict[bytes, str]] = {
         b"strata.log.readahead": "reader",
-        b"strata.projector.auditwriter": "audit writer",
+        b"strata.projector.auditindex.writer": "audit writer",
     }
 
     def __init__(self, pid: int) -> None:

@@ -38,7 +38,7 @@ in the same run: on days when this machine ran everything two to three times slo
 ``--cache-mb 0`` (no anchor nor snapshot kept beyond the newest): the near versions then each
 need a restore, and the line at this machine's speed must fail; if it does not, the bench says
 so and exits 1. The README's test command runs it whole at the default size with
-``--requests 10`` (``tests/test_ui_budget.py``): the line at speed and its control hold there.
+``--requests 10`` (``tests/ui/test_ui_budget.py``): the line at speed and its control hold there.
 """
 
 from __future__ import annotations
@@ -61,14 +61,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from strata.faults.common import percentile, rss_mb
+from strata.dev.faults.common import percentile, rss_mb
 from strata.log.config import settings_from
 from strata.log.topics import drop_topics, ensure_topics
 
 REPO = Path(__file__).resolve().parent.parent
 STRATA = [sys.executable, "-m", "strata.cli"]
 LAUNCH = (
-    "import sys; from strata.cli import main; from strata.cli_ui import ui; "
+    "import sys; from strata.cli import main; from strata.cli.ui import ui; "
     "ui.name in main.commands or main.add_command(ui); main(sys.argv[1:], prog_name='strata')"
 )
 BUDGET_MS = 300.0

@@ -40,13 +40,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from strata.faults.common import STRATA, env_for, terminate, until
+from strata.dev.faults.common import STRATA, env_for, terminate, until
 from strata.kubeapi import KubeApi
 from strata.log.cachelog import CacheLogReader
 from strata.log.config import Settings, settings_from
 from strata.log.topics import drop_topics, ensure_topics
-from strata.projector.kinds import FoldConfig
-from strata.projector.state import CacheState
+from strata.projector.fold.kinds import FoldConfig
+from strata.projector.fold.state import CacheState
 from strata.schemas import Bind, BindGroup
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -62,7 +62,7 @@ def _volcano_command() -> list[str]:
 
     if "volcano" in main.commands:
         return [STRATA, "volcano"]
-    return [sys.executable, "-c", "from strata.cli_volcano import volcano; volcano(prog_name='strata volcano')"]
+    return [sys.executable, "-c", "from strata.cli.volcano import volcano; volcano(prog_name='strata volcano')"]
 
 
 def _setup(api: KubeApi, run: str, nodes: int, gangs: int, size: int) -> list[str]:
@@ -239,7 +239,7 @@ def main() -> None:
     base = settings_from()
     api = KubeApi(base.kubeconfig, pool_size=8)
     if "STRATA_VOLCANO_BIN" not in os.environ:
-        from strata.devstack.volcano import ensure
+        from strata.dev.stack.volcano import ensure
 
         os.environ["STRATA_VOLCANO_BIN"] = str(ensure(log=lambda line: print(line, file=sys.stderr)))
     if args.raw:

@@ -29,7 +29,7 @@ from strata.log.cachelog import is_log_record, offset_of
 from strata.log.config import Settings
 from strata.log.metrics import FOLLOWING
 from strata.log.topics import FETCH_BYTES, TopicNames
-from strata.projector.state import CacheState, FoldConfig
+from strata.projector.fold.state import CacheState, FoldConfig
 from strata.schemas import (
     BadRecord,
     Bind,
@@ -83,8 +83,8 @@ class Dispatcher:
         self.end_at_assign: int | None = None  # the log's end when this dispatcher took the log over
 
     def _state_at_from_checkpoints(self, offset: int) -> CacheState:
+        from strata.projector.checkpoints.sql import SqlCheckpointStore
         from strata.projector.runner import LogRunner
-        from strata.projector.sqlstore import SqlCheckpointStore
 
         runner = LogRunner(self.settings, SqlCheckpointStore(self.settings.checkpoint_url), self.fold)
         return runner.state_at(offset)

@@ -16,14 +16,14 @@ from typing import Any
 
 from strata.binder import metrics
 from strata.binder.actions import Action
-from strata.binder.binder import BindAction
+from strata.binder.bind import BindAction
 from strata.binder.dispatcher import Dispatcher
-from strata.binder.evictor import EvictAction, Mode
+from strata.binder.evict import EvictAction, Mode
 from strata.binder.worker import CommandWorker, Stage, WorkSpec, stages
 from strata.kubeapi import KubeApi
 from strata.log.config import Settings
 from strata.log.topics import Work, require_topics, work_topics
-from strata.projector.state import FoldConfig
+from strata.projector.fold.state import FoldConfig
 from strata.schemas import BindCommand, BindFailed, BindSucceeded, EvictCommand, EvictFailed, EvictSucceeded
 
 BIND = WorkSpec(

@@ -6,11 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from strata.ingest.trace import read_trace
 from strata.log.cachelog import CacheLogWriter
 from strata.log.config import Settings
 from strata.log.topics import TopicNames
 from strata.schemas import BadRecord
+from strata.schemas.trace import read_trace
 
 
 @dataclass

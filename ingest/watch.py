@@ -26,11 +26,11 @@ from typing import Any
 from prometheus_client import Counter
 from urllib3.exceptions import HTTPError
 
-from strata.ingest.redaction import redact
+from strata.errors import StrataError
 from strata.kubeapi import RESOURCES, ApiError, Gone, KubeApi, Resource
 from strata.log.cachelog import CacheLogReader, CacheLogWriter
-from strata.log.errors import StrataError
 from strata.schemas import Synced, WatchEvent, objectjson
+from strata.schemas.redaction import redact
 
 RELISTS = Counter("strata_watch_relists", "Full LISTs of a kind (at start, after a watch ends or fails).", ["kind"])
 RESTARTS = Counter(

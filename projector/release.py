@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from strata.projector.snapshot import Fragments, Snapshot
-from strata.projector.statedigest import MAPS
+from strata.projector.fold.snapshot import Fragments, Snapshot
+from strata.projector.fold.statedigest import MAPS
 
 # A part is one of a map's 64 shards (at 150,000 pods a task shard holds about 2,300 entries,
 # a few ms to free when it is their last holder), one dict of fragments, or one audit frame.

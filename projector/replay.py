@@ -1,7 +1,7 @@
 """Offline replay: fold a trace file (or any iterable of records) with no Kafka.
 
 Reading the file is this module's only I/O; the fold itself stays pure. A trace line is folded
-exactly as its published form would be (``ingest.trace`` decides what a line is), without the
+exactly as its published form would be (``schemas.trace`` decides what a line is), without the
 detour through the Avro codec.
 """
 
@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from strata.ingest.trace import (
+from strata.projector.fold.kinds import KINDS
+from strata.projector.fold.state import APPLIED, CacheState, FoldConfig, Outcome
+from strata.schemas import objectjson
+from strata.schemas.trace import (
     SCHEDULER_RECORDS,
     WATCH_OPS,
     BadLine,
@@ -21,9 +24,6 @@ from strata.ingest.trace import (
     offset_field,
     record_from_json,
 )
-from strata.projector.kinds import KINDS
-from strata.projector.state import APPLIED, CacheState, FoldConfig, Outcome
-from strata.schemas import objectjson
 
 
 @dataclass

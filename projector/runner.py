@@ -21,23 +21,23 @@ from confluent_kafka import KafkaException
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, Metric
 
-from strata.digests import DigestReporter
 from strata.health import Health
 from strata.log import readahead
 from strata.log.cachelog import BIND_FIELDS, SUCCEEDED_FIELDS, CacheLogReader, LogEntry, Publisher
 from strata.log.config import Settings
+from strata.log.digests import DigestReporter
 from strata.log.metrics import FOLLOWING
-from strata.projector import audit, statecodec
-from strata.projector.auditstore import AuditIndex
-from strata.projector.auditwriter import BACKLOG, AuditFeed, value_of
-from strata.projector.checkpoint import CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.auditindex.store import AuditIndex
+from strata.projector.auditindex.writer import BACKLOG, AuditFeed, value_of
+from strata.projector.checkpoints.interface import CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.checkpoints.writer import Job, Stored, Writer, write_checkpoint
+from strata.projector.fold import auditentries, statecodec
+from strata.projector.fold.kinds import KIND_NAMES
+from strata.projector.fold.snapshot import Snapshot
+from strata.projector.fold.state import APPLIED, CacheState, FoldConfig, Outcome
+from strata.projector.fold.statedigest import SETTLE_EVERY
 from strata.projector.gctune import FREEZE_EVERY, freeze_kept
-from strata.projector.kinds import KIND_NAMES
 from strata.projector.release import Release
-from strata.projector.snapshot import Snapshot
-from strata.projector.state import APPLIED, CacheState, FoldConfig, Outcome
-from strata.projector.statedigest import SETTLE_EVERY
-from strata.projector.writer import Job, Stored, Writer, write_checkpoint
 from strata.schemas import WatchEvent
 
 LOG = logging.getLogger("strata.projector")
@@ -431,10 +431,12 @@ class _Following:
         if keep is None:
             outcome = state.apply_at(entry.offset, record)
         else:
-            ctx = None if type(record) is WatchEvent else audit.context(state, record)
+            ctx = None if type(record) is WatchEvent else auditentries.context(state, record)
             outcome = state.apply_at(entry.offset, record)
             value = entry.value if type(record) is WatchEvent and entry.value else value_of(entry)
-            keep(entry.offset, entry.timestamp_ms, value, outcome, ctx, audit.pod_refs(record, state.last_object))
+            keep(
+                entry.offset, entry.timestamp_ms, value, outcome, ctx, auditentries.pod_refs(record, state.last_object)
+            )
         if outcome.result == "bad":
             self.progress.bad += 1
         FOLLOWING.applied_entry(entry.offset, entry.timestamp_ms, record)
@@ -449,7 +451,7 @@ class _Following:
         call, and a WatchEvent of a kind but a pod skips ``watch_refs`` (it has none)."""
         state, progress, keep = self.state, self.progress, self.keep
         apply_object_at, applied = state.apply_object_at, FOLLOWING.applied_watch
-        pod_context, watch_refs = audit.pod_context, audit.watch_refs
+        pod_context, watch_refs = auditentries.pod_context, auditentries.watch_refs
 
         def watched(offset: int, stamp: int, value: bytes, kind: str, op: str, raw: bytes) -> None:
             outcome = apply_object_at(offset, op, raw)

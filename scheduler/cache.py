@@ -18,17 +18,17 @@ from types import MappingProxyType
 
 from prometheus_client import Counter, Histogram
 
-from strata.digests import DigestReporter
+from strata.errors import StrataError
 from strata.kubeapi import KubeApi
 from strata.log.cachelog import CacheLogWriter
 from strata.log.config import Settings
-from strata.log.errors import StrataError
+from strata.log.digests import DigestReporter
 from strata.log.metrics import FOLLOWING
-from strata.projector.checkpoint import CheckpointStore
-from strata.projector.kinds import PodView
+from strata.projector.checkpoints.interface import CheckpointStore
+from strata.projector.fold.kinds import PodView
+from strata.projector.fold.snapshot import Snapshot
+from strata.projector.fold.state import CacheState, FoldConfig, Outcome
 from strata.projector.runner import ALL_KINDS, LogRunner, sync_reason
-from strata.projector.snapshot import Snapshot
-from strata.projector.state import CacheState, FoldConfig, Outcome
 from strata.scheduler.event_recorder import ApiEventRecorder, job_status_event
 from strata.scheduler.interface import BindContext, BindResult, Cache, EvictResult, JobStatus, QueueStatus
 from strata.scheduler.status_updater import StatusUpdater

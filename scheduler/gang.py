@@ -15,9 +15,9 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from strata.projector.kinds import PodView, node_allocatable
-from strata.projector.snapshot import Snapshot
-from strata.projector.task import ALLOCATED, TaskStatus
+from strata.projector.fold.kinds import PodView, node_allocatable
+from strata.projector.fold.snapshot import Snapshot
+from strata.projector.fold.task import ALLOCATED, TaskStatus
 from strata.scheduler.interface import BindContext, Cache
 
 _NO_SCHEDULE = frozenset({"NoSchedule", "NoExecute"})

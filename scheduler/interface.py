@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
-from strata.projector.kinds import PodView
-from strata.projector.snapshot import Snapshot
+from strata.projector.fold.kinds import PodView
+from strata.projector.fold.snapshot import Snapshot
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from strata.log.errors import StrataError
+from strata.errors import StrataError
 from strata.scheduler.cache import LogCache
 
 LOG = logging.getLogger("strata.sidecar")

@@ -91,7 +91,7 @@ def _check_depth(text: str) -> None:
 
 # The fast path: msgspec's C decoder hands every number with a fraction or exponent to
 # ``float_hook`` as its literal text, and reads integers exactly, so for every input it accepts it
-# builds the value the stdlib scanner below builds (``tests/test_objectjson_fast.py``), in a third
+# builds the value the stdlib scanner below builds (``tests/schemas/test_objectjson_fast.py``), in a third
 # of the time (the scanner costs the fold about 5 µs a record, most of a replay's parsing). It
 # refuses a superset of what the stdlib path refuses (lone surrogates, integers of 4,300 digits
 # with a sign, a UTF-8 BOM): anything it refuses goes to the stdlib path, which decides whether
@@ -197,7 +197,7 @@ def dumps(value: Any) -> bytes:
 def dumps_parsed(value: Any) -> bytes:
     """``dumps`` of a value ``loads`` made (or one made of the same: keys that are strings, a
     ``NumberLiteral`` where a float would be), by msgspec's C encoder, a NumberLiteral written as
-    its text: the same bytes (``tests/test_objectjson_fast.py``), a tenth of the time. Ingest
+    its text: the same bytes (``tests/schemas/test_objectjson_fast.py``), a tenth of the time. Ingest
     writes every object it publishes so (``dumps`` was a third of `strata ingest --from`'s time).
     What the encoder refuses (a lone surrogate, a type JSON has not) goes to ``dumps``, which
     refuses it in its own words. Not for a float or a key that is no string, which ``loads``

@@ -15,7 +15,7 @@ checks it wholesale instead:
 
 Anything else raises (``FALLBACK``, or the long reader's own error) and the full reader decides
 afresh, so whatever this one returns is what the full reader returns for the same bytes;
-tests/test_codec_optimistic.py holds the two equal over every message of the conformance traces
+tests/schemas/test_codec_optimistic.py holds the two equal over every message of the conformance traces
 and thousands of mutations of them.
 """
 

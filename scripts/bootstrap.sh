@@ -47,13 +47,13 @@ if ! have prometheus; then
   need_package prometheus prometheus --no-install-recommends
   keep_service_off prometheus  # it would scrape itself on port 9090 for good
 fi
-# Containers for tests/test_image.py (docs/container.md): podman on runc (crun fails on this VM's
+# Containers for tests/deploy/test_image.py (docs/container.md): podman on runc (crun fails on this VM's
 # hybrid cgroups), podman-compose for compose.yaml, debootstrap for the local base image
 need_package runc runc
 need_package podman podman
 need_package podman-compose podman-compose
 need_package debootstrap debootstrap
-# the web UI's browser tests (tests/test_ui.py): Playwright drives Debian's Chromium
+# the web UI's browser tests (tests/ui/test_ui.py): Playwright drives Debian's Chromium
 need_package chromium chromium
 
 PYTHON=${PYTHON:-python3}

@@ -48,8 +48,16 @@ def _helps(group: click.Command, path: tuple[str, ...]) -> list[tuple[str, str]]
     if isinstance(group, click.Group) and len(path) == 1:
         for name in sorted(group.commands):
             sub = group.commands[name]
-            found.append((f"strata {name}", _sha(CliRunner().invoke(group, [name, "--help"], prog_name="strata",
-                                                                   terminal_width=100).output.encode())))
+            found.append(
+                (
+                    f"strata {name}",
+                    _sha(
+                        CliRunner()
+                        .invoke(group, [name, "--help"], prog_name="strata", terminal_width=100)
+                        .output.encode()
+                    ),
+                )
+            )
             if isinstance(sub, click.Group):
                 for leaf in sorted(sub.commands):
                     out = CliRunner().invoke(group, [name, leaf, "--help"], prog_name="strata", terminal_width=100)

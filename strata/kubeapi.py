@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import client, config
 from prometheus_client import Histogram
 
-from strata.log.errors import StrataError
+from strata.errors import StrataError
 from strata.schemas import objectjson
 
 API_SECONDS = Histogram(

@@ -15,9 +15,7 @@ import pytest
 
 from strata.log.config import Settings, settings_from
 from strata.log.topics import drop_topics, ensure_topics
-
-REPO = Path(__file__).resolve().parent.parent
-
+from tests.paths import REPO
 
 TEST_PREFIX = "test-"  # every topic a test creates starts with it, and is deleted afterwards
 
@@ -27,7 +25,7 @@ def broker() -> Iterator[Settings]:
     if os.environ.get("STRATA_KAFKA_BOOTSTRAP"):
         settings = settings_from()
     else:
-        from strata.devstack import Stack
+        from strata.dev.stack import Stack
 
         env = Stack(Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata")).up()
         settings = settings_from(bootstrap=env["STRATA_KAFKA_BOOTSTRAP"], data_dir=env["STRATA_DATA_DIR"])
@@ -65,7 +63,7 @@ def postgres_url() -> str:
     """The PostgreSQL of STRATA_PG_URL, else the local one of `strata dev up` (started if need be)."""
     if os.environ.get("STRATA_PG_URL"):
         return os.environ["STRATA_PG_URL"]
-    from strata.devstack.postgres import PostgresServer
+    from strata.dev.stack.postgres import PostgresServer
 
     server = PostgresServer(Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata"))
     if not server.installed():
@@ -79,7 +77,7 @@ def postgres_database(postgres_url: str) -> Iterator[str]:
     """The URL of a fresh, empty database on that server, dropped after the test."""
     from sqlalchemy import create_engine
 
-    from strata.projector.sqlstore import normalize_url
+    from strata.projector.checkpoints.sql import normalize_url
 
     server = normalize_url(postgres_url)
     name = f"strata_test_{uuid.uuid4().hex[:12]}"
@@ -116,7 +114,7 @@ def kubeconfig() -> str:
     kube-apiserver with Strata's CRDs, started by the Stack; built first when the cache lacks them)."""
     if os.environ.get("KUBECONFIG"):
         return os.environ["KUBECONFIG"]
-    from strata.devstack import Stack
+    from strata.dev.stack import Stack
 
     return Stack(Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata")).up_kube()["KUBECONFIG"]
 
@@ -129,7 +127,7 @@ def prometheus() -> tuple[str, Path]:
     data_dir = Path(os.environ.get("STRATA_DATA_DIR") or REPO / ".strata")
     if os.environ.get("STRATA_PROMETHEUS_URL"):
         return os.environ["STRATA_PROMETHEUS_URL"], data_dir
-    from strata.devstack.prometheus import PrometheusServer
+    from strata.dev.stack.prometheus import PrometheusServer
 
     server = PrometheusServer(data_dir)
     if not server.installed():

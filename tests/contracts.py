@@ -1,8 +1,8 @@
 """Contract test suites, one per interface, as the ``eventsourcing`` library's
 ``tests/persistence.py``: an abstract class of tests that every implementation subclasses, giving
 the one fixture the suite needs. A class whose name starts with ``Test`` is collected, so these
-are not; ``tests/test_checkpoints.py`` runs ``CheckpointStoreContract`` on SQLite and PostgreSQL
-and ``tests/test_scheduler_cache.py`` runs ``CacheContract`` with ``LogCache`` on the real broker.
+are not; ``tests/projector/checkpoints/test_sql.py`` runs ``CheckpointStoreContract`` on SQLite and PostgreSQL
+and ``tests/scheduler/test_cache.py`` runs ``CacheContract`` with ``LogCache`` on the real broker.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from strata.projector.checkpoint import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
-from strata.projector.task import TaskStatus
+from strata.projector.checkpoints.interface import Checkpoint, CheckpointInfo, CheckpointStore, LogIdentity
+from strata.projector.fold.task import TaskStatus
 from strata.scheduler.interface import BindContext, Cache
 
 LOG = LogIdentity("strata.cache-log", "cluster-a", "schedulerNames=volcano;defaultQueue=default")
@@ -43,7 +43,7 @@ class CheckpointStoreContract:
         raise NotImplementedError("a storage engine's test class gives the store")
 
     def test_a_forked_child_saves_and_the_parent_reads(self, store: CheckpointStore) -> None:
-        """The projector's writer forks (``projector.writer``): after ``forked()`` the child uses
+        """The projector's writer forks (``projector.checkpoints.writer``): after ``forked()`` the child uses
         connections of its own, and the parent's go on working."""
         store.save(checkpoint(1))
         pid = os.fork()

@@ -18,13 +18,14 @@ import pytest
 
 from strata.health import Health, HealthServer
 from strata.log.config import Settings
-from tests.test_binder_support import eventually
-from tests.test_kafka_cli import env_of
+from tests.binder.test_support import eventually
+from tests.cli.test_log import env_of
+from tests.paths import CONFORMANCE
 
 pytestmark = pytest.mark.kafka
 STRATA = str(Path(sys.executable).with_name("strata"))
 WAIT_S = 60.0  # a process started here gets this long to become ready under a loaded machine
-CONFORMANCE = Path(__file__).resolve().parent / "conformance"
+CONFORMANCE = CONFORMANCE
 
 
 def get(port: int, path: str) -> tuple[int, str]:

@@ -15,7 +15,8 @@ import venv
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
+
 TRACE = REPO / "tests" / "conformance" / "c04.jsonl"
 IGNORED = (".git", ".venv", ".strata", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
 SHADOW = "raise ImportError('a module of the application, not Strata: Strata must not import it')\n"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-import strata.projector.auditstore  # noqa: F401  (its tables join Base.metadata for autogenerate)
-from strata.projector.sqlstore import Base, open_engine
+import strata.projector.auditindex.store  # noqa: F401  (its tables join Base.metadata for autogenerate)
+from strata.projector.checkpoints.sql import Base, open_engine
 
 
 def run(connection: Connection) -> None:

@@ -18,8 +18,8 @@ from typing import Any, TypeGuard, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from strata.errors import StrataError
 from strata.log.config import ClientConfig, Settings
-from strata.log.errors import StrataError
 from strata.log.metrics import BAD_MESSAGES, PUBLISHED
 from strata.log.topics import (
     FETCH_BYTES,

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from strata.log.errors import StrataError
+from strata.errors import StrataError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:19092"
 DEFAULT_TOPIC_PREFIX = "strata."

@@ -7,7 +7,7 @@ that far behind the log's end (``follow_feed``), both move to a reader process o
 core, which sends each batch it consumes as one MessagePack frame of what the fold reads of each
 record; the fold's thread takes a frame apart in about 0.25 us a record. The fold is the same:
 its callbacks get the same values in the same order as from ``CacheLogReader.feed`` and
-``follow_feed`` (tests/test_kafka_log.py runs their tests on both), and a message the reader
+``follow_feed`` (tests/log/test_cachelog.py runs their tests on both), and a message the reader
 process does not read (a record of another type, a bad one) reaches the fold's side as its
 bytes, which ``CacheLogReader.entry_at`` reads as ``read`` would (counted, quarantined).
 
@@ -45,10 +45,10 @@ from typing import IO, Any
 import msgspec
 from confluent_kafka import Message
 
+from strata.children import die_with, widen
+from strata.errors import StrataError
 from strata.log.cachelog import FOLLOWED_FIELDS, CacheLogReader, LogEntry, Shortcut, fold_shortcuts
-from strata.log.children import die_with, widen
 from strata.log.config import Settings
-from strata.log.errors import StrataError
 from strata.log.metrics import CHILD_RESTARTS
 from strata.schemas import LogRecord, WatchEvent
 from strata.schemas.catalog import default_catalog

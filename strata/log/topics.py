@@ -17,8 +17,8 @@ from typing import Literal
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, TopicMetadata
 
+from strata.errors import MissingTopicError, StrataError
 from strata.log.config import ClientConfig, Settings
-from strata.log.errors import MissingTopicError, StrataError
 
 Work = Literal["bind", "evict"]
 WORKS: tuple[Work, ...] = ("bind", "evict")

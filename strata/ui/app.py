@@ -16,7 +16,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from strata.projector.why import quantity
+from strata.projector.fold.explain import quantity
 from strata.ui.routes import ROUTES
 from strata.ui.security import Guard
 from strata.ui.source import Source

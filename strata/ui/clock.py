@@ -12,8 +12,8 @@ from collections import OrderedDict
 
 from sqlalchemy import select
 
-from strata.projector.auditstore import BLOCK_RECORDS, AuditBlockRow, AuditIndex, Block
-from strata.projector.checkpoint import LogIdentity
+from strata.projector.auditindex.store import BLOCK_RECORDS, AuditBlockRow, AuditIndex, Block
+from strata.projector.checkpoints.interface import LogIdentity
 
 KEPT_BLOCKS = 16
 

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from strata.projector.cowmap import SHARD_MASK, FrozenMap
-from strata.projector.kinds import PodView
-from strata.projector.snapshot import Snapshot
-from strata.projector.task import ALLOCATED, TaskStatus
+from strata.projector.fold.cowmap import SHARD_MASK, FrozenMap
+from strata.projector.fold.kinds import PodView
+from strata.projector.fold.snapshot import Snapshot
+from strata.projector.fold.task import ALLOCATED, TaskStatus
 
 STATUSES = tuple(TaskStatus)
 _INDEX = {status: i for i, status in enumerate(STATUSES)}

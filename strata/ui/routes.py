@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from strata.history import story, subject_of
-from strata.log.errors import StrataError
+from strata.audit.history import story, subject_of
+from strata.errors import StrataError
 from strata.ui.source import At, Source
 from strata.ui.timeline import NotReady
 from strata.ui.views import JobFilter

@@ -13,23 +13,23 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from strata.digests import compared_versions, digests_from, divergences
-from strata.history import Position, history, iso, story, version_at
+from strata.audit.diff import diff
+from strata.audit.history import Position, history, iso, story, version_at
+from strata.audit.why import explain_snapshot
+from strata.errors import StrataError
 from strata.log.config import Settings
-from strata.log.errors import StrataError
-from strata.projector.auditstore import AuditIndex
-from strata.projector.kinds import PodView
+from strata.log.digests import compared_versions, digests_from, divergences
+from strata.projector.auditindex.store import AuditIndex
+from strata.projector.fold.explain import quantity
+from strata.projector.fold.kinds import PodView
+from strata.projector.fold.snapshot import Snapshot
 from strata.projector.runner import LogRunner
-from strata.projector.snapshot import Snapshot
-from strata.projector.why import quantity
 from strata.schemas import Digest
-from strata.snapdiff import diff
 from strata.ui import views
 from strata.ui.charts import Chart, step_chart
 from strata.ui.clock import Clock
 from strata.ui.derived import Figures, FiguresCache
 from strata.ui.timeline import Timeline
-from strata.why import explain_snapshot
 
 HISTORIES_KEPT = 64  # subjects whose whole history is kept
 WHYS_KEPT = 256  # why answers kept, per version and subject

@@ -15,11 +15,11 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from strata.projector.cowmap import FrozenMap
-from strata.projector.layered import Layered
-from strata.projector.snapshot import Snapshot
-from strata.projector.state import CacheState
-from strata.projector.statedigest import MAPS
+from strata.projector.fold.cowmap import FrozenMap
+from strata.projector.fold.layered import Layered
+from strata.projector.fold.snapshot import Snapshot
+from strata.projector.fold.state import CacheState
+from strata.projector.fold.statedigest import MAPS
 
 
 def fork(state: CacheState) -> CacheState:

@@ -33,11 +33,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from strata.errors import StrataError
 from strata.log.cachelog import CacheLogReader
-from strata.log.errors import StrataError
+from strata.projector.fold.state import CacheState
+from strata.projector.fold.statedelta import StateDelta, apply, take, track
 from strata.projector.runner import LogRunner
-from strata.projector.state import CacheState
-from strata.projector.statedelta import StateDelta, apply, take, track
 from strata.schemas import LogRecord
 from strata.ui.derived import Figures, queue_figures
 from strata.ui.states import charge, forget_changes, fork, parts

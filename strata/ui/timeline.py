@@ -28,15 +28,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import cast
 
+from strata.errors import StrataError
 from strata.log.cachelog import CacheLogReader, FoldItem, LogEntry, item_offset
-from strata.log.errors import StrataError
-from strata.projector import audit
-from strata.projector.auditstore import AuditIndex, Records
-from strata.projector.auditwriter import value_of
+from strata.projector.auditindex.store import AuditIndex, Records
+from strata.projector.auditindex.writer import value_of
+from strata.projector.fold import auditentries
+from strata.projector.fold.snapshot import Snapshot
+from strata.projector.fold.state import CacheState
 from strata.projector.gctune import freeze_kept
 from strata.projector.runner import LogRunner
-from strata.projector.snapshot import Snapshot
-from strata.projector.state import CacheState
 from strata.ui.states import charge, forget_changes, fork, own_bytes, parts, shard_ids
 from strata.ui.survey import SURVEY_EVERY, Stopped, Survey, SurveyStats
 
@@ -231,7 +231,7 @@ class Timeline:
                 self._quiet.notify_all()
 
     def _apply_live(self, state: CacheState, entry: LogEntry, writes: _IndexWrites | None) -> None:
-        ctx = audit.context(state, entry.record) if writes is not None else None
+        ctx = auditentries.context(state, entry.record) if writes is not None else None
         with self._changed:
             outcome = state.apply_at(entry.offset, entry.record)
             self._live_snapshot = None
@@ -247,8 +247,8 @@ class Timeline:
                 freeze_kept(state.version)  # the live state's newer objects
             self._changed.notify_all()
         if writes is not None:
-            kept = audit.Kept(entry.offset, entry.timestamp_ms, value_of(entry), outcome, ctx)
-            writes.add(kept, audit.subjects(entry.record, ctx, state.last_object))
+            kept = auditentries.Kept(entry.offset, entry.timestamp_ms, value_of(entry), outcome, ctx)
+            writes.add(kept, auditentries.subjects(entry.record, ctx, state.last_object))
 
     @property
     def live_version(self) -> int:
@@ -669,12 +669,12 @@ class _IndexWrites:
     def __init__(self, runner: LogRunner, index: AuditIndex) -> None:
         self.runner = runner
         self.index = index
-        self.pending: list[audit.Kept] = []
+        self.pending: list[auditentries.Kept] = []
         self.subjects: list[tuple[str, ...]] = []
         self.written_at = time.monotonic()
         self.enabled = True
 
-    def add(self, entry: audit.Kept, subjects: tuple[str, ...]) -> None:
+    def add(self, entry: auditentries.Kept, subjects: tuple[str, ...]) -> None:
         if self.enabled:
             self.pending.append(entry)
             self.subjects.append(subjects)

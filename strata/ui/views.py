@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from strata.projector import kinds
-from strata.projector.kinds import PodView
-from strata.projector.resources import BadQuantity, nonzero, parse_resources
-from strata.projector.snapshot import Snapshot
-from strata.projector.task import ALLOCATED, OFF_NODE, TaskStatus
+from strata.projector.fold import kinds
+from strata.projector.fold.kinds import PodView
+from strata.projector.fold.resources import BadQuantity, nonzero, parse_resources
+from strata.projector.fold.snapshot import Snapshot
+from strata.projector.fold.task import ALLOCATED, OFF_NODE, TaskStatus
 from strata.ui.derived import Figures, accumulate, queue_figures
 
 HEAT_RESOURCES = ("cpu", "memory", "pods")

@@ -2,7 +2,7 @@
 
 Replaces ``audit_records`` (a JSON summary per record) and ``audit_subjects`` (a row per subject
 and record), about 870 bytes a record, with ``audit_blocks`` and ``audit_postings`` (see
-``projector/auditstore.py``). The old tables are dropped, not converted: the index is derived
+``projector/auditindex/store.py``). The old tables are dropped, not converted: the index is derived
 from the cache log, which is kept forever, and converting a long index here would hold every
 projector's startup for as long as rebuilding it. Each log's ``indexed_to`` goes back to 0, so
 the next `strata project` restores from its checkpoint at or below 0 (an empty state) and

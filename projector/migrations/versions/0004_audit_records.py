@@ -1,7 +1,7 @@
 """The audit index's blocks hold each record as the log holds it, not its summary.
 
 A block of ``audit_blocks`` now keeps the messages themselves with the fold's outcome and pod
-context (``projector/auditstore.py``), and readers derive the summaries. The tables stay; their
+context (``projector/auditindex/store.py``), and readers derive the summaries. The tables stay; their
 rows are in the old format, so they are deleted and each log's ``indexed_to`` goes back to 0: the
 index derives from the cache log, which is kept forever, and the next `strata project` rebuilds it
 as it folds the log again (as 0003 did).

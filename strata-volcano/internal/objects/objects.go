@@ -20,7 +20,7 @@ import (
 // Kind is an (apiVersion, kind) pair the cache reads.
 type Kind struct{ APIVersion, Kind string }
 
-// The seven kinds of the cache log (projector/kinds.py).
+// The seven kinds of the cache log (projector/fold/kinds.py).
 var (
 	Pod           = Kind{"v1", "Pod"}
 	Node          = Kind{"v1", "Node"}

@@ -1,6 +1,0 @@
-//go:build tools
-
-// Package tools pins the etcd server that the local stack builds (see strata/devstack/build.py).
-package tools
-
-import _ "go.etcd.io/etcd/server/v3"

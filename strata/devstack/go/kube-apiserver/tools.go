@@ -1,6 +1,0 @@
-//go:build tools
-
-// Package tools pins the kube-apiserver that the local stack builds (see strata/devstack/build.py).
-package tools
-
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
