@@ -18,7 +18,7 @@ import pytest
 
 from strata.health import Health, HealthServer
 from strata.log.config import Settings
-from tests.binder.test_support import eventually
+from tests.binder.support import eventually
 from tests.cli.test_log import env_of
 from tests.paths import CONFORMANCE
 

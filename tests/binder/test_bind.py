@@ -1,5 +1,5 @@
 """The bind path end to end: BIND records in the real broker, Bindings on the real kube-apiserver."""
-# ruff: noqa: F811 - pytest fixtures imported from tests.binder.test_support are parameters here
+# ruff: noqa: F811 - pytest fixtures imported from tests.binder.support are parameters here
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from strata.binder.service import Service
 from strata.log.cachelog import CacheLogWriter
 from strata.log.topics import TopicNames
 from strata.schemas import Bind, BindCommand, BindFailed, BindSucceeded
-from tests.binder.test_support import (  # noqa: F401 - fixtures
+from tests.binder.support import (  # noqa: F401 - fixtures
     DELAYS,
     Env,
     check,

@@ -48,7 +48,7 @@ def test_the_dispatcher_sends_one_command_per_pod_of_an_admitted_group(kafka: Se
     from strata.log.topics import TopicNames
     from strata.projector.fold.state import CacheState, FoldConfig
     from strata.schemas import decode
-    from tests.binder.test_support import read_topic
+    from tests.binder.support import read_topic
 
     env = {**env_of(kafka), "STRATA_DB_URL": f"sqlite:///{tmp_path / 'cp.db'}"}
     strata(env, "ingest", "--from", str(TRACE))

@@ -1,5 +1,5 @@
 """Evictions on the real apiserver: the Eviction API under a PodDisruptionBudget, and Volcano's mode."""
-# ruff: noqa: F811 - pytest fixtures imported from tests.binder.test_support are parameters here
+# ruff: noqa: F811 - pytest fixtures imported from tests.binder.support are parameters here
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from strata.binder.service import Service
 from strata.log.cachelog import CacheLogWriter
 from strata.log.topics import TopicNames
 from strata.schemas import Evict, EvictFailed, EvictSucceeded
-from tests.binder.test_support import (  # noqa: F401 - fixtures
+from tests.binder.support import (  # noqa: F401 - fixtures
     Env,
     check,
     env,

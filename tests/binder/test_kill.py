@@ -1,7 +1,7 @@
 """Crashes: `strata bind` killed with SIGKILL in the middle of a batch, and the dispatcher killed
 mid-stream; each restarted with the same --instance. Exactly once, checked on the apiserver, in the
 cache log and in the command topic."""
-# ruff: noqa: F811 - pytest fixtures imported from tests.binder.test_support are parameters here
+# ruff: noqa: F811 - pytest fixtures imported from tests.binder.support are parameters here
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from strata.dev.faults.common import api_writes, env_for
 from strata.log.cachelog import CacheLogWriter
 from strata.log.topics import TopicNames
 from strata.schemas import Bind, BindFailed, BindSucceeded
-from tests.binder.test_support import (  # noqa: F401 - fixtures
+from tests.binder.support import (  # noqa: F401 - fixtures
     Env,
     check,
     decoded,

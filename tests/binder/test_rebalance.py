@@ -12,7 +12,7 @@ An aborted batch: a worker's producer is fenced while its batch's Bindings fail 
 that is not there). The batch is redone by the same worker; before the fix the redo read each pod,
 found it unbound and called the API again (a second refused or failed call: a command done twice).
 Now it reuses what each command came to: one call per pod, one forward each to the retry tier."""
-# ruff: noqa: F811 - pytest fixtures imported from tests.binder.test_support are parameters here
+# ruff: noqa: F811 - pytest fixtures imported from tests.binder.support are parameters here
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from strata.dev.faults.workload import Namespace, read_topic
 from strata.log.config import Settings
 from strata.log.topics import TopicNames, ensure_topics
 from strata.schemas import BindCommand, encode
-from tests.binder.test_support import Env, check, env, eventually, quick_watches  # noqa: F401 - fixtures
+from tests.binder.support import Env, check, env, eventually, quick_watches  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.kafka, pytest.mark.kube]
 DELAY = 6  # long enough for the second worker to join while the heads are held

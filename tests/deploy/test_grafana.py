@@ -18,7 +18,7 @@ import pytest
 from strata.log.cachelog import CacheLogReader
 from strata.log.config import Settings
 from strata.log.topics import TopicNames
-from tests.binder.test_support import eventually
+from tests.binder.support import eventually
 from tests.cli.test_log import env_of
 from tests.conftest import REPO
 from tests.test_health import CONFORMANCE, WAIT_S, publish, started

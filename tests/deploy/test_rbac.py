@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from strata.kubeapi import KubeApi
-from tests.binder.test_support import eventually
+from tests.binder.support import eventually
 from tests.manifests import apply, load
 from tests.paths import REPO
 

@@ -16,7 +16,7 @@ import pytest
 from strata.dev.stack.prometheus import PrometheusServer, query, register_target, targets_dir, unregister_target
 from strata.errors import StrataError
 from strata.log.config import Settings
-from tests.binder.test_support import eventually
+from tests.binder.support import eventually
 from tests.cli.test_cli import run
 
 EXPORTER = (
