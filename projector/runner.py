@@ -207,7 +207,7 @@ class LogRunner:
         version reaches ``until``; checkpoint on the way and at the end.
 
         Checkpoints are written by a forked child (``writer.Writer``) and the audit index by a
-        writer process (``auditwriter``) while the fold goes on; a projector whose index lags its
+        writer process (``auditindex.writer``) while the fold goes on; a projector whose index lags its
         checkpoints starts from an older one.
         ``health`` is ready once the checkpoint is restored, the log's end as of the start is
         applied and every one of ``kinds`` is SYNCED.

@@ -1,6 +1,6 @@
 """The audit index in SQL, beside the checkpoints (same database, same migrations).
 
-``strata project`` writes it as it folds (by a writer process of its own, ``auditwriter``, off
+``strata project`` writes it as it folds (by a writer process of its own, ``auditindex.writer``, off
 the fold's path); ``strata history`` and ``strata story`` read it (after bringing it up to the
 log's end the same way, when it lags), so a subject's history on a long log is an index lookup
 and a few blocks decompressed, not a scan of the log.

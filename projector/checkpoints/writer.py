@@ -7,7 +7,7 @@ state exactly as it stood at the fork, and the parent folds on. The fold pauses 
 fork itself. One child at a time, so checkpoints land in log order. The child dies with its
 parent (PR_SET_PDEATHSIG): a killed projector's half-written checkpoint is a rolled-back
 transaction, never an orphan's late write, so the newest complete checkpoint is always the
-newest in the store. (The audit index has a writer process of its own: ``auditwriter``.)
+newest in the store. (The audit index has a writer process of its own: ``auditindex.writer``.)
 """
 
 from __future__ import annotations

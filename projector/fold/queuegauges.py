@@ -1,4 +1,4 @@
-"""Volcano's own queue gauges, computed from a snapshot (issue 14; docs/metrics-volcano.md).
+"""Volcano's own queue gauges, computed from a snapshot (issue 14; docs/metrics.md).
 
 Volcano's scheduler and controller export per-queue gauges (``volcano_queue_allocated_milli_cpu``
 and the rest) that its Grafana dashboards plot. Those that the cache alone determines are computed

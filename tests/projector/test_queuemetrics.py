@@ -1,4 +1,4 @@
-"""Volcano's queue gauges computed from snapshots (issue 14, item 2; docs/metrics-volcano.md).
+"""Volcano's queue gauges computed from snapshots (issue 14, item 2; docs/metrics.md).
 
 The figures are checked against values worked out by hand from the spec's rules, and on every
 conformance trace against an oracle read from the trace's expected snapshot (the spec's own
@@ -17,8 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from strata.projector import queuemetrics as volcanometrics
-from strata.projector.fold import queuegauges as volcano
+from strata.projector import queuemetrics
+from strata.projector.fold import queuegauges
 from strata.projector.fold.queuegauges import (
     MAX_FLOAT64,
     PHASES,
@@ -348,7 +348,7 @@ def test_a_scrape_shows_volcanos_names_labels_and_values():
 def test_every_family_is_exported_even_without_queues():
     text = _scrape(VolcanoCollector(lambda: _snapshot([])))
     names = [family.name for family in text_string_to_metric_families(text)]
-    assert names == [family.name for family in volcano.FAMILIES]
+    assert names == [family.name for family in queuegauges.FAMILIES]
 
 
 def test_no_snapshot_yet_exports_nothing():
@@ -369,7 +369,7 @@ def test_an_unchanged_version_is_computed_once(monkeypatch: pytest.MonkeyPatch):
         calls.append(snapshot.version)
         return queue_figures(snapshot)
 
-    monkeypatch.setattr(volcanometrics, "queue_figures", counting)
+    monkeypatch.setattr(queuemetrics, "queue_figures", counting)
     first = _snapshot(HANDCRAFTED)
     later = _snapshot([*HANDCRAFTED, _pod("p4", "pending", "Pending", LAUNCHER)])
     latest = [first]

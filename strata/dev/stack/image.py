@@ -10,7 +10,7 @@ No image registry is reachable here, and pip inside a build cannot reach the pac
   in seconds instead of running debootstrap again;
 - **the wheelhouse**: ``pip wheel`` of pyproject.toml's dependencies and build requirements, on the
   host, cached by their hash; the Dockerfile's build then runs with ``--network none``;
-- **strata-volcano**: the Go binary the local stack builds and caches (``devstack.volcano``), given
+- **strata-volcano**: the Go binary the local stack builds and caches (``dev.stack.volcano``), given
   to the build as its own context, so the Dockerfile's Go stage (which needs a Go image) is skipped;
 - **Kafka and PostgreSQL** for compose.yaml: ``localhost/strata-kafka:<version>`` from the Maven
   jars the local stack runs (``kafka.ensure_jars``) plus kafka-tools for the health check, and
