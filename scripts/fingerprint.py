@@ -42,26 +42,19 @@ def _traces(shared: Path | None) -> list[Path]:
     return sorted({p for f in folders if f.is_dir() for p in f.glob("*.jsonl")}, key=lambda p: (p.name, str(p)))
 
 
-def _helps(group: click.Command, path: tuple[str, ...]) -> list[tuple[str, str]]:
-    result = CliRunner().invoke(group, [*path[1:], "--help"], prog_name="strata", terminal_width=100)
-    found = [(" ".join(path), _sha(result.output.encode()))]
-    if isinstance(group, click.Group) and len(path) == 1:
-        for name in sorted(group.commands):
-            sub = group.commands[name]
-            found.append(
-                (
-                    f"strata {name}",
-                    _sha(
-                        CliRunner()
-                        .invoke(group, [name, "--help"], prog_name="strata", terminal_width=100)
-                        .output.encode()
-                    ),
-                )
-            )
-            if isinstance(sub, click.Group):
-                for leaf in sorted(sub.commands):
-                    out = CliRunner().invoke(group, [name, leaf, "--help"], prog_name="strata", terminal_width=100)
-                    found.append((f"strata {name} {leaf}", _sha(out.output.encode())))
+def _helps(group: click.Group) -> list[tuple[str, str]]:
+    """(command path, digest of its --help) for the CLI, each group and each of its commands."""
+    found = []
+    paths: list[tuple[str, ...]] = [()]
+    while paths:
+        path = paths.pop()
+        out = CliRunner().invoke(group, [*path, "--help"], prog_name="strata", terminal_width=100).output
+        found.append((" ".join(("strata", *path)), _sha(out.encode())))
+        command = group
+        for name in path:
+            command = command.commands[name]
+        if isinstance(command, click.Group):
+            paths += [(*path, name) for name in sorted(command.commands, reverse=True)]  # depth first, sorted
     return found
 
 
@@ -81,7 +74,7 @@ def main() -> None:
         print("gen", " ".join(setting), _sha(_strata("gen", *setting)))
     from strata.cli import main as cli
 
-    for name, digest in _helps(cli, ("strata",)):
+    for name, digest in _helps(cli):
         print("help", name, digest)
     sys.stdout.flush()
 
