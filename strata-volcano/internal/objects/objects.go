@@ -70,6 +70,10 @@ type Store struct {
 	version    atomic.Int64 // mirrors view.Version for lock-free readers (metrics, probes)
 	endAtStart atomic.Int64
 	wanted     []string
+	// notReady mirrors notReadyLocked() after every change: probes read it without the lock,
+	// which Read holds for a whole build (seconds at scale).
+	notReady atomic.Pointer[string]
+	failed   atomic.Pointer[error]
 }
 
 // New is an empty store that will be ready once every kind of wanted is SYNCED and it has
@@ -86,7 +90,14 @@ func New(wanted []string, endAtStart int64) *Store {
 	}
 	s.changed = sync.NewCond(&s.mu)
 	s.endAtStart.Store(endAtStart)
+	s.publishLocked()
 	return s
+}
+
+// publishLocked mirrors the readiness for lock-free readers (lock held, or before sharing).
+func (s *Store) publishLocked() {
+	reason := s.notReadyLocked()
+	s.notReady.Store(&reason)
 }
 
 // Version is the count of records applied.
@@ -100,12 +111,8 @@ func (s *Store) Undecoded() int64 {
 }
 
 // NotReadyReason says why the store may not be scheduled from yet ("" once it may): caught up
-// with the log's end as of start, and every wanted kind SYNCED.
-func (s *Store) NotReadyReason() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.notReadyLocked()
-}
+// with the log's end as of start, and every wanted kind SYNCED. It never waits for the lock.
+func (s *Store) NotReadyReason() string { return *s.notReady.Load() }
 
 func (s *Store) notReadyLocked() string {
 	if s.failure != nil {
@@ -127,11 +134,12 @@ func (s *Store) notReadyLocked() string {
 	return ""
 }
 
-// Failure is why Follow stopped, or nil.
+// Failure is why Follow stopped, or nil. It never waits for the lock.
 func (s *Store) Failure() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.failure
+	if f := s.failed.Load(); f != nil {
+		return *f
+	}
+	return nil
 }
 
 // Follow applies the reader's entries until ctx ends or the log breaks its contract.
@@ -140,6 +148,8 @@ func (s *Store) Follow(ctx context.Context, reader *cachelog.Reader, catalog *av
 	if err != nil && ctx.Err() == nil {
 		s.mu.Lock()
 		s.failure = err
+		s.failed.Store(&err)
+		s.publishLocked()
 		s.changed.Broadcast()
 		s.mu.Unlock()
 	}
@@ -190,6 +200,9 @@ func (s *Store) applyAt(offset int64, rec avrolog.Record, decodeErr error) error
 	}
 	s.view.Version++
 	s.version.Store(s.view.Version)
+	if *s.notReady.Load() != "" {
+		s.publishLocked()
+	}
 	s.changed.Broadcast()
 	return nil
 }
