@@ -81,6 +81,11 @@ func (r *Reader) Poll(ctx context.Context) ([]Entry, error) {
 // Close ends the reader's connections.
 func (r *Reader) Close() { r.client.Close() }
 
+// MaxRecordBytes is the largest record the writer sends: the cache log's max.message.bytes,
+// as Strata's Python writer allows (strata/log/topics.py MAX_MESSAGE_BYTES). franz-go's
+// default (about 1 MB) would refuse a big gang's BIND_GROUP that every other writer can send.
+const MaxRecordBytes = 8 << 20
+
 // Writer appends records to the cache log: idempotent, acks=all, zstd, one partition, in order.
 type Writer struct {
 	client *kgo.Client
@@ -95,6 +100,7 @@ func NewWriter(conn Conn, topic string) (*Writer, error) {
 		kgo.ProducerBatchCompression(kgo.ZstdCompression()),
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(60*time.Second),
+		kgo.ProducerBatchMaxBytes(MaxRecordBytes),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("creating the cache log writer: %w", err)
@@ -102,20 +108,30 @@ func NewWriter(conn Conn, topic string) (*Writer, error) {
 	return &Writer{client: client, topic: topic}, nil
 }
 
-// Append writes values in order and returns their offsets.
+// NotAppended marks, in Append's offsets, a value the log did not take.
+const NotAppended int64 = -1
+
+// Append writes values in order and returns their offsets: one per value, NotAppended for each
+// the broker did not acknowledge, with the first such error. The others are in the log and will
+// get the fold's verdict whatever became of their neighbours.
 func (w *Writer) Append(ctx context.Context, values [][]byte) ([]int64, error) {
 	records := make([]*kgo.Record, len(values))
 	for i, v := range values {
 		records[i] = &kgo.Record{Value: v, Partition: 0}
 	}
-	if err := w.client.ProduceSync(ctx, records...).FirstErr(); err != nil {
-		return nil, fmt.Errorf("appending to %s: %w", w.topic, err)
-	}
+	results := w.client.ProduceSync(ctx, records...)
 	offsets := make([]int64, len(records))
-	for i, r := range records {
-		offsets[i] = r.Offset
+	var firstErr error
+	for i, r := range results {
+		offsets[i] = r.Record.Offset
+		if r.Err != nil {
+			offsets[i] = NotAppended
+			if firstErr == nil {
+				firstErr = fmt.Errorf("appending to %s: %w", w.topic, r.Err)
+			}
+		}
 	}
-	return offsets, nil
+	return offsets, firstErr
 }
 
 // Close flushes nothing (Append waits) and ends the connections.

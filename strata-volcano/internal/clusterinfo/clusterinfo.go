@@ -7,6 +7,7 @@
 package clusterinfo
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -53,12 +54,26 @@ type Stats struct {
 	Tasks     int
 	Overlays  int
 	NotPlaced int // tasks a node refused (api.NodeInfo.AddTask: an overlay Volcano finds too big)
+	// what the build made anew, and why; the rest of the ClusterInfo is the last build's
+	NodesBuilt, JobsBuilt     int
+	NodesTouched, JobsTouched int // of those, changed by the last session (found by Build's scan)
+	TasksMoved                int // tasks whose pod or overlay changed since the last build
+	Full                      bool
 }
 
 type podCache struct {
 	entry    *objects.Entry
 	nodeName string // spec.nodeName as the log has it: a session may change the shared pod's
 	template *api.TaskInfo
+	accepted bool // the cache's scheduler names, or already on a node
+	// where the last build put the task: its status and node (the overlay's, or the pod's),
+	// and the node and job whose indexes hold it
+	status         api.TaskStatus
+	node           string
+	onNode         string
+	inJob          api.JobID
+	overlaid       bool
+	placed, listed bool
 }
 
 type nodeCache struct {
@@ -87,7 +102,18 @@ type csiCache struct {
 	csi   *storagev1.CSINode
 }
 
-// Builder keeps the decoded objects between builds. Not safe for concurrent use.
+// built is what a node looked like when Build made it: a session that leaves it otherwise
+// changed it (Statement.Allocate, Evict, Pipeline and what they undo).
+type built struct {
+	tasks                            int
+	idle, used, releasing, pipelined *api.Resource
+	notPlaced                        int
+}
+
+// Builder keeps the decoded objects between builds, and the ClusterInfo's nodes and jobs: a
+// build makes anew only those whose objects or overlays changed since the last build, or that
+// the last session changed (a scan compares each with what the build made). Not safe for
+// concurrent use; a session must be over before the next Build.
 type Builder struct {
 	cfg       Config
 	pods      map[string]*podCache
@@ -99,6 +125,22 @@ type Builder struct {
 	bad       map[*objects.Entry]bool
 	// CSINodeIndexer, when set, holds the stored CSINodes for the plugins' listers.
 	CSINodeIndexer cache.Indexer
+
+	byUID    map[api.TaskID]*podCache
+	onNode   map[string]map[*podCache]struct{}
+	inJob    map[api.JobID]map[*podCache]struct{}
+	infos    map[string]*api.NodeInfo
+	made     map[string]*built
+	jobs     map[api.JobID]*api.JobInfo
+	jobMade  map[api.JobID]*[2]*api.Resource // each job's Allocated and TotalRequest as built
+	overlays map[string]Overlay
+	images   map[string]*k8sframework.ImageStateSummary
+	dirtyN   map[string]bool
+	dirtyJ   map[api.JobID]bool
+	imagesOK bool
+	first    bool
+	queued   []string // pods whose cache entry changed in this build's refresh
+	skipScan bool     // a breakage for the tests: trust that no session changed anything
 }
 
 // NewBuilder builds with the fold's settings.
@@ -112,6 +154,17 @@ func NewBuilder(cfg Config) *Builder {
 		pcs:       map[string]*pcCache{},
 		csiNodes:  map[string]*csiCache{},
 		bad:       map[*objects.Entry]bool{},
+		byUID:     map[api.TaskID]*podCache{},
+		onNode:    map[string]map[*podCache]struct{}{},
+		inJob:     map[api.JobID]map[*podCache]struct{}{},
+		infos:     map[string]*api.NodeInfo{},
+		made:      map[string]*built{},
+		jobs:      map[api.JobID]*api.JobInfo{},
+		jobMade:   map[api.JobID]*[2]*api.Resource{},
+		overlays:  map[string]Overlay{},
+		dirtyN:    map[string]bool{},
+		dirtyJ:    map[api.JobID]bool{},
+		first:     true,
 	}
 }
 
@@ -123,36 +176,64 @@ func decode[T any](e *objects.Entry, into *T) error {
 }
 
 // refresh brings the caches of one kind up to the view: decode what changed, forget what went.
-func refresh[C any](b *Builder, stored map[string]*objects.Entry, caches map[string]*C,
-	entryOf func(*C) *objects.Entry, build func(*objects.Entry) (*C, error), st *Stats) {
-	for key := range caches {
-		if _, ok := stored[key]; !ok {
-			delete(caches, key)
+// With the store's dirty keys (dirty != nil) only those are looked at. It calls changed with
+// each key whose cache entry was replaced or removed, before the change (old may be nil).
+func refresh[C any](b *Builder, stored map[string]*objects.Entry, dirty map[string]bool, caches map[string]*C,
+	entryOf func(*C) *objects.Entry, build func(*objects.Entry) (*C, error), changed func(key string, old *C), st *Stats) {
+	look := func(key string) {
+		e, ok := stored[key]
+		c, cached := caches[key]
+		if !ok {
+			if cached {
+				changed(key, c)
+				delete(caches, key)
+			}
+			return
 		}
-	}
-	for key, e := range stored {
-		if c, ok := caches[key]; ok && entryOf(c) == e {
-			continue
+		if cached && entryOf(c) == e {
+			return
 		}
 		if b.bad[e] {
 			st.Undecoded++
-			continue
+			return
 		}
-		c, err := build(e)
+		fresh, err := build(e)
 		if err != nil {
 			b.bad[e] = true
-			delete(caches, key)
+			if cached {
+				changed(key, c)
+				delete(caches, key)
+			}
 			st.Undecoded++
-			continue
+			return
 		}
 		e.Raw = nil // decoded for good: the cache keeps the object, keyed by its entry
 		st.Decoded++
-		caches[key] = c
+		if cached {
+			changed(key, c)
+		} else {
+			changed(key, nil)
+		}
+		caches[key] = fresh
+	}
+	if dirty != nil {
+		for key := range dirty {
+			look(key)
+		}
+		return
+	}
+	for key := range caches {
+		if _, ok := stored[key]; !ok {
+			look(key)
+		}
+	}
+	for key := range stored {
+		look(key)
 	}
 }
 
 func (b *Builder) refreshAll(v objects.View, st *Stats) {
-	if len(b.bad) > 0 { // forget bad entries the store no longer holds
+	if len(b.bad) > 0 && v.Dirty == nil { // forget bad entries the store no longer holds
 		stored := map[*objects.Entry]bool{}
 		for _, objs := range v.Objects {
 			for _, e := range objs {
@@ -165,7 +246,16 @@ func (b *Builder) refreshAll(v objects.View, st *Stats) {
 			}
 		}
 	}
-	refresh(b, v.Objects[objects.Pod], b.pods, func(c *podCache) *objects.Entry { return c.entry },
+	dirty := func(k objects.Kind) map[string]bool {
+		if v.Dirty == nil {
+			return nil
+		}
+		if d := v.Dirty[k]; d != nil {
+			return d
+		}
+		return map[string]bool{}
+	}
+	refresh(b, v.Objects[objects.Pod], dirty(objects.Pod), b.pods, func(c *podCache) *objects.Entry { return c.entry },
 		func(e *objects.Entry) (*podCache, error) {
 			pod := &v1.Pod{}
 			if err := decode(e, pod); err != nil {
@@ -173,9 +263,18 @@ func (b *Builder) refreshAll(v objects.View, st *Stats) {
 			}
 			t := api.NewTaskInfo(pod)
 			t.BestEffort = t.InitResreq.IsEmpty() // as SchedulerCache.NewTaskInfo
-			return &podCache{entry: e, nodeName: pod.Spec.NodeName, template: t}, nil
+			accepted := slices.Contains(b.cfg.SchedulerNames, pod.Spec.SchedulerName) || pod.Spec.NodeName != ""
+			return &podCache{entry: e, nodeName: pod.Spec.NodeName, template: t, accepted: accepted}, nil
+		}, func(key string, old *podCache) {
+			if old != nil {
+				b.unplace(old)
+				if b.byUID[old.template.UID] == old {
+					delete(b.byUID, old.template.UID)
+				}
+			}
+			b.queued = append(b.queued, key)
 		}, st)
-	refresh(b, v.Objects[objects.PodGroup], b.podGroups, func(c *pgCache) *objects.Entry { return c.entry },
+	refresh(b, v.Objects[objects.PodGroup], dirty(objects.PodGroup), b.podGroups, func(c *pgCache) *objects.Entry { return c.entry },
 		func(e *objects.Entry) (*pgCache, error) {
 			in := &vcv1beta1.PodGroup{}
 			if err := decode(e, in); err != nil {
@@ -186,8 +285,8 @@ func (b *Builder) refreshAll(v objects.View, st *Stats) {
 				return nil, fmt.Errorf("converting a PodGroup: %w", err)
 			}
 			return &pgCache{entry: e, pg: pg}, nil
-		}, st)
-	refresh(b, v.Objects[objects.Queue], b.queues, func(c *queueCache) *objects.Entry { return c.entry },
+		}, func(key string, _ *pgCache) { b.dirtyJ[api.JobID(key)] = true }, st)
+	refresh(b, v.Objects[objects.Queue], dirty(objects.Queue), b.queues, func(c *queueCache) *objects.Entry { return c.entry },
 		func(e *objects.Entry) (*queueCache, error) {
 			in := &vcv1beta1.Queue{}
 			if err := decode(e, in); err != nil {
@@ -198,16 +297,16 @@ func (b *Builder) refreshAll(v objects.View, st *Stats) {
 				return nil, fmt.Errorf("converting a Queue: %w", err)
 			}
 			return &queueCache{entry: e, queue: q}, nil
-		}, st)
-	refresh(b, v.Objects[objects.PriorityClass], b.pcs, func(c *pcCache) *objects.Entry { return c.entry },
+		}, func(string, *queueCache) {}, st)
+	refresh(b, v.Objects[objects.PriorityClass], dirty(objects.PriorityClass), b.pcs, func(c *pcCache) *objects.Entry { return c.entry },
 		func(e *objects.Entry) (*pcCache, error) {
 			pc := &schedulingv1.PriorityClass{}
 			if err := decode(e, pc); err != nil {
 				return nil, err
 			}
 			return &pcCache{entry: e, pc: pc}, nil
-		}, st)
-	refresh(b, v.Objects[objects.CSINode], b.csiNodes, func(c *csiCache) *objects.Entry { return c.entry },
+		}, func(string, *pcCache) {}, st)
+	refresh(b, v.Objects[objects.CSINode], dirty(objects.CSINode), b.csiNodes, func(c *csiCache) *objects.Entry { return c.entry },
 		func(e *objects.Entry) (*csiCache, error) {
 			csi := &storagev1.CSINode{}
 			if err := decode(e, csi); err != nil {
@@ -217,42 +316,49 @@ func (b *Builder) refreshAll(v objects.View, st *Stats) {
 				_ = b.CSINodeIndexer.Update(csi)
 			}
 			return &csiCache{entry: e, csi: csi}, nil
-		}, st)
-	if b.CSINodeIndexer != nil {
-		for _, obj := range b.CSINodeIndexer.List() {
-			if csi, ok := obj.(*storagev1.CSINode); ok {
-				if _, stored := b.csiNodes[csi.Name]; !stored {
-					_ = b.CSINodeIndexer.Delete(csi)
+		}, func(key string, old *csiCache) {
+			if old != nil && b.CSINodeIndexer != nil {
+				if _, stored := v.Objects[objects.CSINode][key]; !stored {
+					_ = b.CSINodeIndexer.Delete(old.csi)
 				}
 			}
-		}
-	}
+		}, st)
 	// nodes depend on their CSINode too
 	stored := v.Objects[objects.Node]
-	for key := range b.nodes {
-		if _, ok := stored[key]; !ok {
-			delete(b.nodes, key)
-		}
-	}
-	for key, e := range stored {
+	look := func(key string) {
+		e, ok := stored[key]
 		c := b.nodes[key]
+		if !ok {
+			if c != nil {
+				delete(b.nodes, key)
+				b.dirtyN[key], b.imagesOK = true, false
+			}
+			return
+		}
 		if c == nil || c.entry != e {
 			if b.bad[e] {
-				delete(b.nodes, key)
+				if c != nil {
+					delete(b.nodes, key)
+					b.dirtyN[key], b.imagesOK = true, false
+				}
 				st.Undecoded++
-				continue
+				return
 			}
 			base := &v1.Node{}
 			if err := decode(e, base); err != nil {
 				b.bad[e] = true
-				delete(b.nodes, key)
+				if c != nil {
+					delete(b.nodes, key)
+					b.dirtyN[key], b.imagesOK = true, false
+				}
 				st.Undecoded++
-				continue
+				return
 			}
 			e.Raw = nil
 			st.Decoded++
 			c = &nodeCache{entry: e, base: base}
 			b.nodes[key] = c
+			b.dirtyN[key], b.imagesOK = true, false
 		}
 		var csi *objects.Entry
 		if cc := b.csiNodes[key]; cc != nil {
@@ -264,6 +370,123 @@ func (b *Builder) refreshAll(v objects.View, st *Stats) {
 				c.node = c.base.DeepCopy()
 				setCSIResourceOnNode(cc.csi, c.node)
 			}
+			b.dirtyN[key] = true
+		}
+	}
+	if v.Dirty == nil {
+		for key := range b.nodes {
+			if _, ok := stored[key]; !ok {
+				look(key)
+			}
+		}
+		for key := range stored {
+			look(key)
+		}
+		return
+	}
+	for key := range v.Dirty[objects.Node] {
+		look(key)
+	}
+	for key := range v.Dirty[objects.CSINode] {
+		look(key)
+	}
+}
+
+// unplace takes a task out of the node and job indexes it was listed in, marking both.
+func (b *Builder) unplace(c *podCache) {
+	if !c.listed {
+		return
+	}
+	if c.onNode != "" {
+		delete(b.onNode[c.onNode], c)
+		b.dirtyN[c.onNode] = true
+	}
+	if c.inJob != "" {
+		delete(b.inJob[c.inJob], c)
+		b.dirtyJ[c.inJob] = true
+	}
+	c.onNode, c.inJob, c.listed = "", "", false
+}
+
+// place lists a task where its status and node (the overlay's or the pod's) put it.
+func (b *Builder) place(c *podCache, o Overlay, overlaid bool) {
+	c.status, c.node, c.overlaid = c.template.Status, c.template.NodeName, overlaid
+	if overlaid {
+		c.status, c.node = o.Status, o.Node
+	}
+	if !c.accepted {
+		return
+	}
+	c.listed = true
+	if c.node != "" && c.status != api.Succeeded && c.status != api.Failed {
+		c.onNode = c.node
+		set := b.onNode[c.node]
+		if set == nil {
+			set = map[*podCache]struct{}{}
+			b.onNode[c.node] = set
+		}
+		set[c] = struct{}{}
+		b.dirtyN[c.node] = true
+	}
+	if job := c.template.Job; job != "" {
+		c.inJob = job
+		set := b.inJob[job]
+		if set == nil {
+			set = map[*podCache]struct{}{}
+			b.inJob[job] = set
+		}
+		set[c] = struct{}{}
+		b.dirtyJ[job] = true
+	}
+}
+
+// task is the pod's task as placed: a fresh clone the ClusterInfo may own.
+func (c *podCache) task() *api.TaskInfo {
+	t := c.template.Clone()
+	t.Status, t.NodeName = c.status, c.node
+	return t
+}
+
+// scan marks the nodes and jobs the last session changed: a task's status or node not the one
+// the build gave it, a task more or fewer, or a node's resources moved.
+func (b *Builder) scan(st *Stats) {
+	for name, ni := range b.infos {
+		if b.dirtyN[name] {
+			continue
+		}
+		m := b.made[name]
+		touched := m == nil || len(ni.Tasks) != m.tasks || !same(ni.Idle, m.idle) || !same(ni.Used, m.used) ||
+			!same(ni.Releasing, m.releasing) || !same(ni.Pipelined, m.pipelined)
+		if !touched {
+			for _, t := range ni.Tasks {
+				if c := b.byUID[t.UID]; c == nil || c.onNode != name || t.Status != c.status || t.NodeName != c.node {
+					touched = true
+					break
+				}
+			}
+		}
+		if touched {
+			b.dirtyN[name] = true
+			st.NodesTouched++
+		}
+	}
+	for id, job := range b.jobs {
+		if b.dirtyJ[id] {
+			continue
+		}
+		m := b.jobMade[id]
+		touched := m == nil || len(job.Tasks) != len(b.inJob[id]) || !same(job.Allocated, m[0]) || !same(job.TotalRequest, m[1])
+		if !touched {
+			for _, t := range job.Tasks {
+				if c := b.byUID[t.UID]; c == nil || c.inJob != id || t.Status != c.status || t.NodeName != c.node {
+					touched = true
+					break
+				}
+			}
+		}
+		if touched {
+			b.dirtyJ[id] = true
+			st.JobsTouched++
 		}
 	}
 }
@@ -295,10 +518,122 @@ func setCSIResourceOnNode(csiNode *storagev1.CSINode, node *v1.Node) {
 	}
 }
 
-// Build is the ClusterInfo at the view's version with the fold's overlays (by pod uid).
+// Build is the ClusterInfo at the view's version with the fold's overlays (by pod uid). The
+// nodes and jobs it hands out are kept for the next build, which makes anew only what changed
+// (in the log, in the overlays, or in the last session); the maps and lists around them, the
+// queues and every job's PodGroup are new each time, so a session may change them freely.
 func (b *Builder) Build(v objects.View, overlays map[string]Overlay) (*api.ClusterInfo, Stats) {
 	var st Stats
+	st.Full = b.first
+	if b.first {
+		v.Dirty = nil // the first build looks at everything
+	} else if !b.skipScan {
+		b.scan(&st)
+	}
+	b.queued = b.queued[:0]
 	b.refreshAll(v, &st)
+	b.first = false
+
+	// the tasks to place again: pods that changed, and those whose overlay did
+	again := map[*podCache]struct{}{}
+	for _, key := range b.queued {
+		if c := b.pods[key]; c != nil {
+			b.byUID[c.template.UID] = c
+			again[c] = struct{}{}
+		}
+	}
+	mark := func(uid string) {
+		if c := b.byUID[api.TaskID(uid)]; c != nil {
+			again[c] = struct{}{}
+		}
+	}
+	for uid, o := range b.overlays {
+		if n, ok := overlays[uid]; !ok || n != o {
+			mark(uid)
+		}
+	}
+	for uid, o := range overlays {
+		if old, ok := b.overlays[uid]; !ok || old != o {
+			mark(uid)
+		}
+	}
+	b.overlays = make(map[string]Overlay, len(overlays))
+	for uid, o := range overlays {
+		b.overlays[uid] = o
+	}
+	for c := range again {
+		b.unplace(c)
+		o, ok := overlays[string(c.template.UID)]
+		b.place(c, o, ok)
+	}
+	st.TasksMoved = len(again)
+
+	if !b.imagesOK { // the image summary counts nodes: any node that came, went or changed moves it
+		b.images = map[string]*k8sframework.ImageStateSummary{}
+		for _, c := range b.nodes {
+			for _, image := range c.node.Status.Images {
+				for _, name := range image.Names {
+					if s, ok := b.images[name]; ok {
+						s.NumNodes++
+					} else {
+						b.images[name] = &k8sframework.ImageStateSummary{Size: image.SizeBytes, NumNodes: 1}
+					}
+				}
+			}
+		}
+		for name, ni := range b.infos {
+			if !b.dirtyN[name] {
+				b.setImages(ni, b.nodes[name])
+			}
+		}
+		b.imagesOK = true
+	}
+
+	for name := range b.dirtyN {
+		c := b.nodes[name]
+		if c == nil {
+			delete(b.infos, name)
+			delete(b.made, name)
+			continue
+		}
+		ni := api.NewNodeInfo(c.node)
+		b.setImages(ni, c)
+		m := &built{}
+		// in log order: a node refuses a Binding task that no longer fits, so which one it
+		// refuses must not depend on a map's order
+		for _, pc := range inLogOrder(b.onNode[name]) {
+			t := *pc.template // AddTask keeps a clone of its own
+			t.Status, t.NodeName = pc.status, pc.node
+			if err := ni.AddTask(&t); err != nil {
+				m.notPlaced++
+			}
+		}
+		m.tasks = len(ni.Tasks)
+		m.idle, m.used, m.releasing, m.pipelined = ni.Idle.Clone(), ni.Used.Clone(), ni.Releasing.Clone(), ni.Pipelined.Clone()
+		b.infos[name], b.made[name] = ni, m
+		st.NodesBuilt++
+	}
+	for id := range b.dirtyJ {
+		pods := b.inJob[id]
+		if len(pods) == 0 {
+			delete(b.inJob, id)
+			if b.podGroups[string(id)] == nil {
+				delete(b.jobs, id)
+				delete(b.jobMade, id)
+				continue
+			}
+		}
+		job := api.NewJobInfo(id)
+		for pc := range pods {
+			job.AddTaskInfo(pc.task())
+		}
+		b.jobs[id] = job
+		b.jobMade[id] = &[2]*api.Resource{job.Allocated.Clone(), job.TotalRequest.Clone()}
+		st.JobsBuilt++
+	}
+	clear(b.dirtyN)
+	clear(b.dirtyJ)
+
 	snapshot := &api.ClusterInfo{
 		Nodes:          map[string]*api.NodeInfo{},
 		Jobs:           map[api.JobID]*api.JobInfo{},
@@ -307,15 +642,6 @@ func (b *Builder) Build(v objects.View, overlays map[string]Overlay) (*api.Clust
 		RevocableNodes: map[string]*api.NodeInfo{},
 		CSINodesStatus: map[string]*api.CSINodeStatusInfo{},
 	}
-
-	// priority classes: the default is the global default's value
-	var defaultPriority int32
-	for _, key := range sortedKeys(b.pcs) {
-		if pc := b.pcs[key].pc; pc.GlobalDefault {
-			defaultPriority = pc.Value
-		}
-	}
-
 	for name, c := range b.csiNodes {
 		status := &api.CSINodeStatusInfo{CSINodeName: name, DriverStatus: map[string]bool{}}
 		for _, d := range c.csi.Spec.Drivers {
@@ -323,85 +649,15 @@ func (b *Builder) Build(v objects.View, overlays map[string]Overlay) (*api.Clust
 		}
 		snapshot.CSINodesStatus[name] = status
 	}
-
-	// nodes, in the order they were first stored (Volcano's NodeList), with image states
-	images := map[string]*k8sframework.ImageStateSummary{}
-	for _, c := range b.nodes {
-		for _, image := range c.node.Status.Images {
-			for _, name := range image.Names {
-				if s, ok := images[name]; ok {
-					s.NumNodes++
-				} else {
-					images[name] = &k8sframework.ImageStateSummary{Size: image.SizeBytes, NumNodes: 1}
-				}
-			}
-		}
-	}
-	all := map[string]*api.NodeInfo{}
+	// nodes, in the order they were first stored (Volcano's NodeList); SchedulerCache.Snapshot's
+	// filter: Ready nodes
 	for _, name := range v.NodeOrder {
-		c := b.nodes[name]
-		if c == nil {
+		ni := b.infos[name]
+		if ni == nil {
 			continue
 		}
-		ni := api.NewNodeInfo(c.node)
-		for _, image := range c.node.Status.Images {
-			for _, n := range image.Names {
-				s := *images[n]
-				ni.ImageStates[n] = &s
-			}
-		}
-		all[name] = ni
 		snapshot.NodeList = append(snapshot.NodeList, name)
-	}
-
-	for name, c := range b.queues {
-		snapshot.Queues[api.QueueID(name)] = api.NewQueueInfo(c.queue.DeepCopy())
-	}
-
-	jobs := map[api.JobID]*api.JobInfo{}
-	for key, c := range b.podGroups {
-		id := api.JobID(key)
-		job := api.NewJobInfo(id)
-		job.SetPodGroup(&api.PodGroup{PodGroup: *c.pg.DeepCopy(), Version: api.PodGroupVersionV1Beta1})
-		if c.pg.Spec.Queue == "" {
-			job.Queue = api.QueueID(b.cfg.DefaultQueue)
-		}
-		jobs[id] = job
-	}
-
-	// tasks: the pods the cache accepts (its scheduler names, or already on a node)
-	for _, c := range b.pods {
-		pod := c.template.Pod
-		pod.Spec.NodeName = c.nodeName // undo what an earlier session assumed on the shared pod
-		if !slices.Contains(b.cfg.SchedulerNames, pod.Spec.SchedulerName) && c.nodeName == "" {
-			continue
-		}
-		task := c.template.Clone()
-		if o, ok := overlays[string(task.UID)]; ok {
-			task.Status = o.Status
-			task.NodeName = o.Node
-			st.Overlays++
-		}
-		if task.NodeName != "" && task.Status != api.Succeeded && task.Status != api.Failed {
-			if ni := all[task.NodeName]; ni != nil {
-				if err := ni.AddTask(task); err != nil {
-					st.NotPlaced++
-				}
-			}
-		}
-		if task.Job != "" {
-			job := jobs[task.Job]
-			if job == nil {
-				job = api.NewJobInfo(task.Job)
-				jobs[task.Job] = job
-			}
-			job.AddTaskInfo(task)
-		}
-		st.Tasks++
-	}
-
-	// SchedulerCache.Snapshot's filters
-	for name, ni := range all {
+		st.NotPlaced += b.made[name].notPlaced
 		if !ni.Ready() {
 			continue
 		}
@@ -410,21 +666,89 @@ func (b *Builder) Build(v objects.View, overlays map[string]Overlay) (*api.Clust
 			snapshot.RevocableNodes[name] = ni
 		}
 	}
-	for id, job := range jobs {
-		if job.PodGroup == nil {
+	for name, c := range b.queues {
+		snapshot.Queues[api.QueueID(name)] = api.NewQueueInfo(c.queue.DeepCopy())
+	}
+	// priority classes: the default is the global default's value
+	var defaultPriority int32
+	for _, key := range sortedKeys(b.pcs) {
+		if pc := b.pcs[key].pc; pc.GlobalDefault {
+			defaultPriority = pc.Value
+		}
+	}
+	// every job's PodGroup anew (a session writes its status, the enqueue action its phase) and
+	// its fit errors cleared; SchedulerCache.Snapshot's filter: a PodGroup whose queue is stored
+	for id, job := range b.jobs {
+		job.NodesFitErrors, job.JobFitErrors = map[api.TaskID]*api.FitErrors{}, ""
+		c := b.podGroups[string(id)]
+		if c == nil {
+			job.UnsetPodGroup()
 			continue
+		}
+		job.SetPodGroup(&api.PodGroup{PodGroup: *c.pg.DeepCopy(), Version: api.PodGroupVersionV1Beta1})
+		if c.pg.Spec.Queue == "" {
+			job.Queue = api.QueueID(b.cfg.DefaultQueue)
 		}
 		if _, ok := snapshot.Queues[job.Queue]; !ok {
 			continue
 		}
 		job.Priority = defaultPriority
-		if c := b.pcs[job.PodGroup.Spec.PriorityClassName]; c != nil {
-			job.Priority = c.pc.Value
+		if pc := b.pcs[job.PodGroup.Spec.PriorityClassName]; pc != nil {
+			job.Priority = pc.pc.Value
 		}
 		snapshot.Jobs[id] = job
 	}
+	// undo what a session assumed on the shared pods (Statement.Allocate sets spec.nodeName)
+	for _, c := range b.pods {
+		c.template.Pod.Spec.NodeName = c.nodeName
+		if c.listed {
+			st.Tasks++
+		}
+		if c.overlaid && c.listed {
+			st.Overlays++
+		}
+	}
 	st.Nodes, st.Jobs = len(snapshot.Nodes), len(snapshot.Jobs)
 	return snapshot, st
+}
+
+func (b *Builder) setImages(ni *api.NodeInfo, c *nodeCache) {
+	ni.ImageStates = map[string]*k8sframework.ImageStateSummary{}
+	for _, image := range c.node.Status.Images {
+		for _, n := range image.Names {
+			s := *b.images[n]
+			ni.ImageStates[n] = &s
+		}
+	}
+}
+
+func inLogOrder(set map[*podCache]struct{}) []*podCache {
+	out := make([]*podCache, 0, len(set))
+	for c := range set {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *podCache) int {
+		if a.entry.Version != b.entry.Version {
+			return cmp.Compare(a.entry.Version, b.entry.Version)
+		}
+		return cmp.Compare(a.template.Namespace+"/"+a.template.Name, b.template.Namespace+"/"+b.template.Name)
+	})
+	return out
+}
+
+// same is a == b to the key: a resource a session added and took back again leaves a zero
+// behind, which a fresh node does not have.
+func same(a, b *api.Resource) bool {
+	if a.MilliCPU != b.MilliCPU || a.Memory != b.Memory || a.MaxTaskNum != b.MaxTaskNum ||
+		len(a.ScalarResources) != len(b.ScalarResources) {
+		return false
+	}
+	for k, v := range a.ScalarResources {
+		if w, ok := b.ScalarResources[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 func sortedKeys[V any](m map[string]V) []string {

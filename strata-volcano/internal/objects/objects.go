@@ -55,6 +55,9 @@ type View struct {
 	Version   int64
 	Objects   map[Kind]map[string]*Entry // key: namespace/name, or name for cluster objects
 	NodeOrder []string                   // node names in the order they were first stored
+	// Dirty holds, by kind, the keys stored or deleted since the last Read that returned
+	// without error: what a build must look at again. Nil: look at everything.
+	Dirty map[Kind]map[string]bool
 }
 
 // Store is the objects of the log, applied by Follow and read at an agreed version by Read.
@@ -80,13 +83,14 @@ type Store struct {
 // applied the log's end as of start (endAtStart).
 func New(wanted []string, endAtStart int64) *Store {
 	s := &Store{
-		view:   View{Objects: map[Kind]map[string]*Entry{}},
+		view:   View{Objects: map[Kind]map[string]*Entry{}, Dirty: map[Kind]map[string]bool{}},
 		synced: map[string]bool{},
 		holdAt: -1,
 		wanted: wanted,
 	}
 	for _, k := range Kinds {
 		s.view.Objects[k] = map[string]*Entry{}
+		s.view.Dirty[k] = map[string]bool{}
 	}
 	s.changed = sync.NewCond(&s.mu)
 	s.endAtStart.Store(endAtStart)
@@ -239,11 +243,13 @@ func (s *Store) apply(rec avrolog.Record) {
 			s.view.NodeOrder = append(s.view.NodeOrder, w.Name)
 		}
 		objects[key] = &Entry{Raw: w.Object, ResourceVersion: rv, Version: s.view.Version + 1}
+		s.view.Dirty[kind][key] = true
 	case "DELETED":
 		if _, ok := objects[key]; !ok {
 			return
 		}
 		delete(objects, key)
+		s.view.Dirty[kind][key] = true
 		if kind == Node {
 			for i, name := range s.view.NodeOrder {
 				if name == w.Name {
@@ -287,7 +293,13 @@ func (s *Store) Read(ctx context.Context, version int64, f func(View) error) err
 		}
 		s.changed.Wait()
 	}
-	return f(s.view)
+	if err := f(s.view); err != nil {
+		return err
+	}
+	for _, keys := range s.view.Dirty {
+		clear(keys)
+	}
+	return nil
 }
 
 // Hold stops the follower at the version it has now and returns that version; Read (or
