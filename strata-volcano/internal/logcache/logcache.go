@@ -11,6 +11,7 @@ package logcache
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -61,6 +63,9 @@ var (
 	snapshotVersion = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "strata_volcano_snapshot_version", Help: "the version of the last snapshot",
 	})
+	statusWrites = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "strata_volcano_status_writes", Help: "status patches of PodGroups and Queues sent to the API server, by kind and outcome",
+	}, []string{"kind", "outcome"})
 	statusSkipped = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "strata_volcano_status_writes_skipped",
 		Help: "PodGroup status writes left out because they reported binds the log did not admit",
@@ -82,7 +87,8 @@ type group struct {
 
 // Verdicts of one Flush.
 type Verdicts struct {
-	Groups, Admitted, Rejected int // BIND_GROUPs
+	Groups, Admitted, Rejected int // BIND_GROUPs in the log, and the fold's verdicts on them
+	Unpublished                int // BIND_GROUPs the log did not take (taken back)
 	Binds                      int // binds admitted
 	Reasons                    map[string]int
 }
@@ -111,6 +117,9 @@ type Cache struct {
 	lastTook   time.Duration
 	lastAsk    time.Duration // of lastTook, asking the sidecar
 	lastAt     int64         // the version of the last snapshot
+	// each queue's status.allocated as the log has it: Volcano overwrites the session's copy
+	// before UpdateQueueStatus, and a resource it no longer allocates must be removed
+	loggedAllocated map[api.QueueID]v1.ResourceList
 }
 
 var _ schedcache.Cache = (*Cache)(nil)
@@ -286,6 +295,13 @@ func (c *Cache) snapshot(ctx context.Context) (*api.ClusterInfo, int64, clusteri
 	if err != nil {
 		return nil, 0, stats, fmt.Errorf("reading the log at the fold's version %d: %w", st.Version, err)
 	}
+	logged := make(map[api.QueueID]v1.ResourceList, len(ci.Queues))
+	for id, q := range ci.Queues {
+		logged[id] = q.Queue.Status.Allocated.DeepCopy()
+	}
+	c.mu.Lock()
+	c.loggedAllocated = logged
+	c.mu.Unlock()
 	snapshotVersion.Set(float64(st.Version))
 	klog.V(3).Infof("snapshot at version %d: %d nodes, %d jobs, %d tasks, %d overlays, %d decoded",
 		st.Version, stats.Nodes, stats.Jobs, stats.Tasks, stats.Overlays, stats.Decoded)
@@ -344,21 +360,42 @@ func (c *Cache) Flush(ctx context.Context, ssn *framework.Session) (Verdicts, er
 		}
 		values[i] = value
 	}
-	offsets, err := c.writer.Append(ctx, values)
-	if err != nil {
-		c.takeBack(ssn, groups, "not published")
-		return v, err
+	offsets, appendErr := c.writer.Append(ctx, values)
+	if appendErr != nil {
+		klog.Errorf("publishing BIND_GROUPs: %v", appendErr)
 	}
-	outcomes, err := c.side.Outcomes(ctx, offsets)
+	// a group the log did not take is taken back; the others are in the log, and their
+	// verdicts are the fold's whatever became of their neighbours
+	var published []int64
+	for i, g := range groups {
+		if offsets[i] == cachelog.NotAppended {
+			c.takeBack(ssn, []*group{g}, "not published")
+			groupsPublished.WithLabelValues("not_published").Inc()
+			continue
+		}
+		published = append(published, offsets[i])
+	}
+	v.Unpublished = len(groups) - len(published)
+	if len(published) == 0 {
+		return v, appendErr
+	}
+	outcomes, err := c.side.Outcomes(ctx, published)
 	if err != nil {
-		c.takeBack(ssn, groups, "no verdict")
-		return v, fmt.Errorf("the fold's verdicts on offsets %v: %w", offsets, err)
+		for i, g := range groups {
+			if offsets[i] != cachelog.NotAppended {
+				c.takeBack(ssn, []*group{g}, "no verdict")
+			}
+		}
+		return v, errors.Join(appendErr, fmt.Errorf("the fold's verdicts on offsets %v: %w", published, err))
 	}
 	c.mu.Lock()
-	c.minVersion = max(c.minVersion, offsets[len(offsets)-1]+1)
+	c.minVersion = max(c.minVersion, published[len(published)-1]+1)
 	c.mu.Unlock()
-	v.Groups = len(groups)
+	v.Groups = len(published)
 	for i, g := range groups {
+		if offsets[i] == cachelog.NotAppended {
+			continue
+		}
 		o := outcomes[offsets[i]]
 		if o.Result == "applied" {
 			v.Admitted++
@@ -374,7 +411,7 @@ func (c *Cache) Flush(ctx context.Context, ssn *framework.Session) (Verdicts, er
 		klog.V(2).Infof("BIND_GROUP of %s at offset %d %s: %s", g.job, offsets[i], o.Result, o.Reason)
 		c.takeBack(ssn, []*group{g}, o.Result+": "+o.Reason)
 	}
-	return v, nil
+	return v, appendErr
 }
 
 // takeBack returns a group's tasks to Pending in the session, off their nodes, so that the
@@ -413,7 +450,7 @@ func (c *Cache) Evict(task *api.TaskInfo, reason string) error {
 	}
 	offsets, err := c.writer.Append(ctx, [][]byte{value})
 	if err != nil {
-		return err
+		return err // one record: not in the log
 	}
 	outcomes, err := c.side.Outcomes(ctx, offsets)
 	if err != nil {
@@ -484,8 +521,12 @@ func (c *Cache) unadmitted(job *api.JobInfo) string {
 	return ""
 }
 
-// UpdateJobStatus writes the PodGroup through the API (a plain update carrying its
-// resourceVersion: a replica with an older view gets a conflict), then records its event.
+// UpdateJobStatus writes the PodGroup's status, and only its status, as a JSON merge patch
+// carrying the resourceVersion the log had (a replica with an older view gets a conflict and
+// writes again next cycle, as with Volcano's plain update), then records its event. Volcano's
+// job updater calls it with updatePG only when the status differs from the snapshot's. The
+// object is never written whole: the log's copy is redacted (no last-applied-configuration)
+// and the vendored types drop the fields they do not know.
 func (c *Cache) UpdateJobStatus(job *api.JobInfo, updatePG bool) (*api.JobInfo, error) {
 	if updatePG {
 		if why := c.unadmitted(job); why != "" {
@@ -493,19 +534,21 @@ func (c *Cache) UpdateJobStatus(job *api.JobInfo, updatePG bool) (*api.JobInfo, 
 			klog.Warningf("not writing PodGroup %s/%s: %s", job.Namespace, job.Name, why)
 			return job, nil
 		}
-		pg := &vcv1beta1.PodGroup{}
-		if err := schedulingscheme.Scheme.Convert(&job.PodGroup.PodGroup, pg, nil); err != nil {
-			return nil, fmt.Errorf("converting PodGroup %s/%s: %w", job.Namespace, job.Name, err)
+		patch, err := PodGroupStatusPatch(job.PodGroup)
+		if err != nil {
+			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(c.cfg.Context, 30*time.Second)
 		defer cancel()
-		updated, err := c.vc.SchedulingV1beta1().PodGroups(pg.Namespace).Update(ctx, pg, metav1.UpdateOptions{})
+		updated, err := c.vc.SchedulingV1beta1().PodGroups(job.Namespace).Patch(
+			ctx, job.PodGroup.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		statusWrites.WithLabelValues("PodGroup", outcome(err)).Inc()
 		if err != nil {
-			return nil, fmt.Errorf("updating PodGroup %s/%s: %w", pg.Namespace, pg.Name, err)
+			return nil, fmt.Errorf("patching the status of PodGroup %s/%s: %w", job.Namespace, job.PodGroup.Name, err)
 		}
 		info := &api.PodGroup{Version: api.PodGroupVersionV1Beta1}
 		if err := schedulingscheme.Scheme.Convert(updated, &info.PodGroup, nil); err != nil {
-			return nil, fmt.Errorf("converting PodGroup %s/%s: %w", pg.Namespace, pg.Name, err)
+			return nil, fmt.Errorf("converting PodGroup %s/%s: %w", updated.Namespace, updated.Name, err)
 		}
 		job.PodGroup = info
 	}
@@ -513,19 +556,86 @@ func (c *Cache) UpdateJobStatus(job *api.JobInfo, updatePG bool) (*api.JobInfo, 
 	return job, nil
 }
 
-// UpdateQueueStatus writes the Queue's status subresource. Volcano computes it from the
-// session's Running tasks, which come from the pods in the log, never from binds in flight.
+func outcome(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "written"
+}
+
+// PodGroupStatusPatch is the merge patch of a PodGroup's status: every field of the vendored
+// status named (zero counts and an empty phase too, so that a stale value is replaced, not
+// kept), the log's resourceVersion as the precondition, nothing else of the object.
+func PodGroupStatusPatch(pg *api.PodGroup) ([]byte, error) {
+	out := &vcv1beta1.PodGroup{}
+	if err := schedulingscheme.Scheme.Convert(&pg.PodGroup, out, nil); err != nil {
+		return nil, fmt.Errorf("converting PodGroup %s/%s: %w", pg.Namespace, pg.Name, err)
+	}
+	st := out.Status
+	var conditions any // null clears them
+	if len(st.Conditions) > 0 {
+		conditions = st.Conditions
+	}
+	body := map[string]any{"status": map[string]any{
+		"phase": st.Phase, "conditions": conditions,
+		"running": st.Running, "succeeded": st.Succeeded, "failed": st.Failed,
+	}}
+	if out.ResourceVersion != "" {
+		body["metadata"] = map[string]any{"resourceVersion": out.ResourceVersion}
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the status of PodGroup %s/%s: %w", pg.Namespace, pg.Name, err)
+	}
+	return data, nil
+}
+
+// UpdateQueueStatus patches the Queue's status subresource with what Volcano changed: the
+// allocated resources (a resource no longer allocated is removed), under the log's
+// resourceVersion. Volcano computes it from the session's Running tasks, which come from the
+// pods in the log, never from binds in flight; it calls this only when they changed.
 func (c *Cache) UpdateQueueStatus(queue *api.QueueInfo) error {
-	out := &vcv1beta1.Queue{}
-	if err := schedulingscheme.Scheme.Convert(queue.Queue, out, nil); err != nil {
-		return fmt.Errorf("converting Queue %s: %w", queue.Name, err)
+	c.mu.Lock()
+	logged := c.loggedAllocated[queue.UID]
+	c.mu.Unlock()
+	patch, err := QueueStatusPatch(queue, logged)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(c.cfg.Context, 30*time.Second)
 	defer cancel()
-	if _, err := c.vc.SchedulingV1beta1().Queues().UpdateStatus(ctx, out, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating the status of Queue %s: %w", queue.Name, err)
+	_, err = c.vc.SchedulingV1beta1().Queues().Patch(ctx, queue.Queue.Name, types.MergePatchType, patch,
+		metav1.PatchOptions{}, "status")
+	statusWrites.WithLabelValues("Queue", outcome(err)).Inc()
+	if err != nil {
+		return fmt.Errorf("patching the status of Queue %s: %w", queue.Name, err)
 	}
 	return nil
+}
+
+// QueueStatusPatch is the merge patch of a Queue's status.allocated: the session's figures,
+// and null for each resource the log's copy had that the session no longer allocates.
+func QueueStatusPatch(queue *api.QueueInfo, logged v1.ResourceList) ([]byte, error) {
+	out := &vcv1beta1.Queue{}
+	if err := schedulingscheme.Scheme.Convert(queue.Queue, out, nil); err != nil {
+		return nil, fmt.Errorf("converting Queue %s: %w", queue.Name, err)
+	}
+	allocated := map[string]any{}
+	for name := range logged {
+		allocated[string(name)] = nil
+	}
+	for name, q := range out.Status.Allocated {
+		allocated[string(name)] = q.String()
+	}
+	body := map[string]any{"status": map[string]any{"allocated": allocated}}
+	if out.ResourceVersion != "" {
+		body["metadata"] = map[string]any{"resourceVersion": out.ResourceVersion}
+	}
+	data, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the status of Queue %s: %w", queue.Name, err)
+	}
+	return data, nil
 }
 
 // GetPodVolumes: the log carries no PVCs or PVs; strata-volcano binds no volumes.
