@@ -93,13 +93,30 @@ type Verdicts struct {
 	Reasons                    map[string]int
 }
 
+// Appender appends records to the cache log (cachelog.Writer): an offset per value, or
+// cachelog.NotAppended where the log did not take it.
+type Appender interface {
+	Append(ctx context.Context, values [][]byte) ([]int64, error)
+}
+
+// Fold is what the sidecar's fold answers (sidecar.Client).
+type Fold interface {
+	State(ctx context.Context, minVersion int64) (sidecar.State, error)
+	Outcomes(ctx context.Context, offsets []int64) (map[int64]sidecar.Outcome, error)
+}
+
+var (
+	_ Appender = (*cachelog.Writer)(nil)
+	_ Fold     = (*sidecar.Client)(nil)
+)
+
 // Cache is cache.Cache on the cache log.
 type Cache struct {
 	cfg      Config
 	store    *objects.Store
 	builder  *clusterinfo.Builder
-	side     *sidecar.Client
-	writer   *cachelog.Writer
+	side     Fold
+	writer   Appender
 	catalog  *avrolog.Catalog
 	kube     kubernetes.Interface
 	vc       vcclient.Interface
@@ -125,7 +142,7 @@ type Cache struct {
 var _ schedcache.Cache = (*Cache)(nil)
 
 // New wires a cache; the store must be followed by the caller (objects.Store.Follow).
-func New(cfg Config, store *objects.Store, side *sidecar.Client, writer *cachelog.Writer,
+func New(cfg Config, store *objects.Store, side Fold, writer Appender,
 	catalog *avrolog.Catalog, restConfig *rest.Config) (*Cache, error) {
 	kube, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
