@@ -59,6 +59,9 @@ type Stats struct {
 	NodesTouched, JobsTouched int // of those, changed by the last session (found by Build's scan)
 	TasksMoved                int // tasks whose pod or overlay changed since the last build
 	Full                      bool
+	// Unchanged: no object of the log and no overlay changed since the last build, and the
+	// last session left every node and job as the build made it: the ClusterInfo is the last one
+	Unchanged bool
 }
 
 type podCache struct {
@@ -531,6 +534,11 @@ func (b *Builder) Build(v objects.View, overlays map[string]Overlay) (*api.Clust
 		b.scan(&st)
 	}
 	b.queued = b.queued[:0]
+	dirtyKeys := 0
+	for _, keys := range v.Dirty {
+		dirtyKeys += len(keys)
+	}
+	st.Unchanged = !b.first && v.Dirty != nil && dirtyKeys == 0 && st.NodesTouched == 0 && st.JobsTouched == 0
 	b.refreshAll(v, &st)
 	b.first = false
 
@@ -567,6 +575,7 @@ func (b *Builder) Build(v objects.View, overlays map[string]Overlay) (*api.Clust
 		b.place(c, o, ok)
 	}
 	st.TasksMoved = len(again)
+	st.Unchanged = st.Unchanged && len(again) == 0
 
 	if !b.imagesOK { // the image summary counts nodes: any node that came, went or changed moves it
 		b.images = map[string]*k8sframework.ImageStateSummary{}

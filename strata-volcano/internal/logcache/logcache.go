@@ -137,6 +137,8 @@ type Cache struct {
 	// each queue's status.allocated as the log has it: Volcano overwrites the session's copy
 	// before UpdateQueueStatus, and a resource it no longer allocates must be removed
 	loggedAllocated map[api.QueueID]v1.ResourceList
+	prepared        *api.ClusterInfo // built by Prepare, handed out by the next Snapshot
+	acts            int              // what this session published or wrote (binds, evicts, statuses)
 }
 
 var _ schedcache.Cache = (*Cache)(nil)
@@ -254,10 +256,40 @@ func (c *Cache) LastSnapshot() SnapshotReport {
 	return SnapshotReport{Version: c.lastAt, Took: c.lastTook, Sidecar: c.lastAsk, Stats: c.lastStats, Err: c.lastErr}
 }
 
+// Prepare builds the next session's ClusterInfo now (the next Snapshot hands it over) and
+// says whether that session would be the last one again: nothing in the log or the overlays
+// changed since, the last session left every node and job as it was built, and it published
+// and wrote nothing. Volcano's session is then the same function of the same input, and the
+// loop may leave it out (docs/volcano.md: which plugins make a session depend on the clock).
+func (c *Cache) Prepare() (again bool) {
+	c.mu.Lock()
+	c.prepared = nil // one a skipped session left is no longer current
+	c.mu.Unlock()
+	ci := c.Snapshot()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prepared = ci
+	return c.lastErr == nil && c.lastStats.Unchanged && c.acts == 0
+}
+
+// acted notes that this session published or wrote something.
+func (c *Cache) acted() {
+	c.mu.Lock()
+	c.acts++
+	c.mu.Unlock()
+}
+
 // Snapshot is Volcano's ClusterInfo at a version both the store and the sidecar's fold have
 // reached (at least past this replica's own records), with the fold's overlays at it.
 // On failure it is empty: the session then decides nothing.
 func (c *Cache) Snapshot() *api.ClusterInfo {
+	c.mu.Lock()
+	if ci := c.prepared; ci != nil {
+		c.prepared = nil
+		c.mu.Unlock()
+		return ci
+	}
+	c.mu.Unlock()
 	started := time.Now()
 	ci, version, stats, err := c.snapshot(context.Background())
 	c.mu.Lock()
@@ -325,11 +357,11 @@ func (c *Cache) snapshot(ctx context.Context) (*api.ClusterInfo, int64, clusteri
 	return ci, st.Version, stats, nil
 }
 
-// BeginSession forgets the last session's buffers and verdicts.
+// BeginSession forgets the last session's buffers, verdicts and acts.
 func (c *Cache) BeginSession() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.groups, c.byJob, c.rejected = nil, map[api.JobID]*group{}, map[api.JobID]string{}
+	c.groups, c.byJob, c.rejected, c.acts = nil, map[api.JobID]*group{}, map[api.JobID]string{}, 0
 }
 
 // AddBindTask buffers the bind; Flush publishes the job's binds as one BIND_GROUP.
@@ -361,6 +393,7 @@ func (c *Cache) Flush(ctx context.Context, ssn *framework.Session) (Verdicts, er
 	if len(groups) == 0 {
 		return v, nil
 	}
+	c.acted()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.VerdictWithin)
 	defer cancel()
 	replica := c.cfg.Replica
@@ -458,6 +491,7 @@ func (c *Cache) takeBack(ssn *framework.Session, groups []*group, reason string)
 
 // Evict publishes EVICT and returns the fold's verdict (an error when it is not applied).
 func (c *Cache) Evict(task *api.TaskInfo, reason string) error {
+	c.acted()
 	ctx, cancel := context.WithTimeout(c.cfg.Context, c.cfg.VerdictWithin)
 	defer cancel()
 	replica := c.cfg.Replica
@@ -551,6 +585,7 @@ func (c *Cache) UpdateJobStatus(job *api.JobInfo, updatePG bool) (*api.JobInfo, 
 			klog.Warningf("not writing PodGroup %s/%s: %s", job.Namespace, job.Name, why)
 			return job, nil
 		}
+		c.acted()
 		patch, err := PodGroupStatusPatch(job.PodGroup)
 		if err != nil {
 			return nil, err
@@ -612,6 +647,7 @@ func PodGroupStatusPatch(pg *api.PodGroup) ([]byte, error) {
 // resourceVersion. Volcano computes it from the session's Running tasks, which come from the
 // pods in the log, never from binds in flight; it calls this only when they changed.
 func (c *Cache) UpdateQueueStatus(queue *api.QueueInfo) error {
+	c.acted()
 	c.mu.Lock()
 	logged := c.loggedAllocated[queue.UID]
 	c.mu.Unlock()
