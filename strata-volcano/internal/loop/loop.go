@@ -15,12 +15,26 @@ import (
 	"k8s.io/klog/v2"
 
 	"volcano.sh/volcano/pkg/scheduler"
+	schedcache "volcano.sh/volcano/pkg/scheduler/cache"
 	"volcano.sh/volcano/pkg/scheduler/conf"
 	"volcano.sh/volcano/pkg/scheduler/framework"
 	"volcano.sh/volcano/pkg/scheduler/metrics"
 
 	"strata.local/volcano/internal/logcache"
 )
+
+// Cache is what a cycle needs of the cache: Volcano's cache.Cache (OpenSession takes its
+// Snapshot, the actions its AddBindTask and Evict, CloseSession its status writes) and the three
+// steps of strata-volcano's session: forget the last session, say what the snapshot did,
+// publish the session's binds and take back what the fold rejected.
+type Cache interface {
+	schedcache.Cache
+	BeginSession()
+	LastSnapshot() logcache.SnapshotReport
+	Flush(ctx context.Context, ssn *framework.Session) (logcache.Verdicts, error)
+}
+
+var _ Cache = (*logcache.Cache)(nil)
 
 // Conf is a parsed scheduler configuration.
 type Conf struct {
@@ -84,15 +98,18 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // Loop schedules every Period until its context ends.
 type Loop struct {
-	Cache        *logcache.Cache
+	Cache        Cache
 	Conf         Conf
 	Period       time.Duration
 	ExitWhenIdle int          // stop after this many cycles in a row that bound nothing (0: never)
 	OnCycle      func(Report) // called after every cycle
-	beat         atomic.Int64 // unix nanos of the last cycle's end
+	beat         atomic.Int64 // unix nanos: the end of the last cycle whose snapshot succeeded
 }
 
-// LastBeat is when the last cycle ended (zero before the first).
+// LastBeat is when the last cycle whose snapshot succeeded ended, or when Run started if none has
+// yet (zero before Run). A cycle on an empty ClusterInfo because the snapshot failed (the
+// sidecar did not answer, the store could not reach its version) decided nothing: it is no
+// heartbeat, so a replica whose snapshots keep failing goes stale like one that stopped cycling.
 func (l *Loop) LastBeat() time.Time {
 	n := l.beat.Load()
 	if n == 0 {
@@ -104,10 +121,13 @@ func (l *Loop) LastBeat() time.Time {
 // Run cycles until ctx ends (nil) or, with ExitWhenIdle, the cluster is quiet (nil).
 func (l *Loop) Run(ctx context.Context) error {
 	idle := 0
+	l.beat.CompareAndSwap(0, time.Now().UnixNano())
 	for ctx.Err() == nil {
 		started := time.Now()
 		report := l.RunOnce(ctx)
-		l.beat.Store(time.Now().UnixNano())
+		if report.Snapshot.Err == nil {
+			l.beat.Store(time.Now().UnixNano())
+		}
 		if l.OnCycle != nil {
 			l.OnCycle(report)
 		}
