@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,7 +48,7 @@ type config struct {
 	replica, bootstrap, topicPrefix, sidecarURL, schemas, kubeconfig string
 	schedulerNames                                                   listFlag
 	defaultQueue, schedulerConf, kinds, httpHost                     string
-	period, verdictTimeout                                           time.Duration
+	period, verdictTimeout, sidecarGrace                             time.Duration
 	qps                                                              float64
 	burst                                                            int
 	httpPort, exitWhenIdle                                           int
@@ -77,6 +78,7 @@ func parse() config {
 	fs.StringVar(&c.kinds, "kinds", strings.Join(objects.KindNames(), ","), "kinds that must be SYNCED before the first cycle")
 	fs.DurationVar(&c.period, "schedule-period", time.Second, "the period between scheduling cycles")
 	fs.DurationVar(&c.verdictTimeout, "verdict-timeout", time.Minute, "how long to wait for the fold's verdict on a record")
+	fs.DurationVar(&c.sidecarGrace, "sidecar-grace", 20*time.Second, "exit (and fail /healthz) once the sidecar has not answered its /healthz for this long, or its fold has not moved for this long while behind this replica's own reading of the log")
 	fs.Float64Var(&c.qps, "kube-api-qps", 2000, "QPS of status writes and events (vc-scheduler's default)")
 	fs.IntVar(&c.burst, "kube-api-burst", 2000, "burst of status writes and events (vc-scheduler's default)")
 	fs.IntVar(&c.httpPort, "http-port", -1, "serve /metrics, /healthz and /readyz on this port (0: any free one; default: off)")
@@ -148,6 +150,19 @@ func run(c config) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// runCtx ends with a signal, or with the reason the replica must stop: the log reader
+	// failed, or the sidecar is dead or stalled
+	runCtx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	stopped := func(err error) error { // the error run returns when a wait ended with err
+		if ctx.Err() != nil {
+			return nil // a signal: a clean stop
+		}
+		if cause := context.Cause(runCtx); runCtx.Err() != nil {
+			return cause
+		}
+		return err
+	}
 	if c.exitWithParent {
 		go exitWithParent(os.Getppid())
 	}
@@ -166,44 +181,51 @@ func run(c config) error {
 		return err
 	}
 	defer reader.Close()
-	followed := make(chan error, 1)
-	go func() { followed <- store.Follow(ctx, reader, catalog) }()
+	go func() {
+		err := store.Follow(runCtx, reader, catalog)
+		if err == nil && runCtx.Err() == nil {
+			err = errors.New("the cache log reader stopped")
+		}
+		if err != nil {
+			abort(err)
+		}
+	}()
+	side := sidecar.New(c.sidecarURL)
+	// the sidecar's watchdog from the start: a sidecar that dies while this replica syncs ends
+	// it too; the probes read its last answer and never ask the sidecar themselves
+	watchdog := &sidecar.Watchdog{Client: side, Grace: c.sidecarGrace, Store: store.Version}
+	go func() {
+		if err := watchdog.Run(runCtx); err != nil {
+			abort(err)
+		}
+	}()
 	writer, err := cachelog.NewWriter(conn, topic)
 	if err != nil {
 		return err
 	}
 	defer writer.Close()
 	cache, err := logcache.New(logcache.Config{
-		Context:       ctx,
+		Context:       runCtx,
 		Replica:       c.replica,
 		Fold:          clusterinfo.Config{SchedulerNames: c.schedulerNames, DefaultQueue: c.defaultQueue},
 		VerdictWithin: c.verdictTimeout,
-	}, store, sidecar.New(c.sidecarURL), writer, catalog, cfg)
+	}, store, side, writer, catalog, cfg)
 	if err != nil {
 		return err
 	}
 	l := &loop.Loop{Cache: cache, Conf: conf, Period: c.period, ExitWhenIdle: c.exitWhenIdle}
 	if c.httpPort >= 0 {
-		ready := false
-		addr, err := server.Serve(ctx, c.httpHost, c.httpPort, server.Handler(server.Probes{
-			Live: func() string {
-				if err := store.Failure(); err != nil {
-					return "the cache stopped following the log: " + err.Error()
-				}
-				if beat := l.LastBeat(); !beat.IsZero() && time.Since(beat) > 2*time.Minute+10*c.period {
-					return fmt.Sprintf("no scheduling cycle for %.0f s", time.Since(beat).Seconds())
-				}
-				return ""
-			},
-			Ready: func(ctx context.Context) string {
-				if ready { // readiness only goes up, as Strata's other components'
-					return ""
-				}
-				reason := cache.NotReadyReason(ctx)
-				ready = reason == ""
-				return reason
-			},
-		}))
+		// both probes read atomics only (the store's mirrors, the watchdog's last answer, the
+		// loop's beat): a build holding the store's lock for seconds never delays them. Served
+		// until the process ends: /healthz tells why while a dying replica drains its cycle.
+		replica := &server.Replica{
+			Failure:  store.Failure,
+			Dead:     watchdog.DeadReason,
+			LastBeat: l.LastBeat,
+			Stale:    2*time.Minute + 10*c.period,
+			NotReady: []func() string{store.NotReadyReason, watchdog.ReadyReason},
+		}
+		addr, err := server.Serve(ctx, c.httpHost, c.httpPort, server.Handler(replica.Probes()))
 		if err != nil {
 			return err
 		}
@@ -211,22 +233,17 @@ func run(c config) error {
 	}
 	fmt.Fprintf(os.Stderr, "replica %s: actions %s; plugins %s; waiting for %s to sync\n",
 		c.replica, strings.Join(actions, ", "), strings.Join(plugins, ", "), c.kinds)
-	if err := store.WaitReady(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+	if err := store.WaitReady(runCtx); err != nil {
+		return stopped(err)
 	}
 	fmt.Fprintf(os.Stderr, "replica %s: read the log to its end at start (%d records) in %.1f s\n",
 		c.replica, store.Version(), time.Since(began).Seconds())
-	if err := cache.WaitReady(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+	if err := cache.WaitReady(runCtx); err != nil {
+		return stopped(err)
 	}
 	fmt.Fprintf(os.Stderr, "replica %s: synced at version %d (log end at start %d) in %.1f s\n",
 		c.replica, store.Version(), end, time.Since(began).Seconds())
+	var mu sync.Mutex // totals: the loop's, read at the end
 	totals := map[string]int{}
 	l.OnCycle = func(r loop.Report) {
 		if gpushare.GpuSharingEnable || gpushare.GpuNumberEnable || vgpu.VGPUEnable {
@@ -237,6 +254,8 @@ func run(c config) error {
 		if v.Groups == 0 {
 			return
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		totals["admitted"] += v.Admitted
 		totals["rejected"] += v.Rejected
 		totals["binds"] += v.Binds
@@ -249,18 +268,23 @@ func run(c config) error {
 		fmt.Fprintln(os.Stderr, line+strings.Join(reasons, ""))
 	}
 	loopErr := make(chan error, 1)
-	go func() { loopErr <- l.Run(ctx) }()
+	go func() { loopErr <- l.Run(runCtx) }()
 	select {
-	case err = <-loopErr:
-	case err = <-followed:
-		if err == nil && ctx.Err() == nil {
-			err = errors.New("the cache log reader stopped")
+	case err = <-loopErr: // --exit-when-idle, or runCtx ended between cycles
+	case <-runCtx.Done():
+		// a cycle may be waiting on a sidecar that no longer answers (up to --verdict-timeout):
+		// the process does not wait that long for it to end
+		select {
+		case err = <-loopErr:
+		case <-time.After(10 * time.Second):
+			fmt.Fprintf(os.Stderr, "replica %s: the cycle in flight did not end within 10 s; exiting\n", c.replica)
 		}
-		stop()
-		<-loopErr
 	}
+	err = stopped(err)
+	mu.Lock()
 	fmt.Fprintf(os.Stderr, "replica %s: %d BIND_GROUPs admitted (%d binds), %d rejected\n",
 		c.replica, totals["admitted"], totals["binds"], totals["rejected"])
+	mu.Unlock()
 	return err
 }
 
