@@ -8,8 +8,8 @@ ruff format --check .
 lint-imports          # which package may import which (pyproject.toml, docs/layers.md)
 mypy                  # the whole package; schemas and the fold strictly
 python -m strata.schemas.evolution
-if command -v go >/dev/null || [ -x /usr/local/go/bin/go ]; then  # the Volcano replica's Go module
-  (PATH=$PATH:/usr/local/go/bin; cd strata-volcano && test -z "$(gofmt -l .)" && go vet ./... && go test ./...)
+if command -v go >/dev/null || [ -x /usr/local/go/bin/go ]; then  # the Volcano replica's Go module, under the race detector
+  (PATH=$PATH:/usr/local/go/bin; cd strata-volcano && test -z "$(gofmt -l .)" && go vet ./... && go test -race ./...)
 fi
 eval "$(strata dev up)"
 pytest "$@"

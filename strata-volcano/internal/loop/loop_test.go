@@ -338,17 +338,17 @@ func TestARejectedGroupStartsTheNextCycleAtOnce(t *testing.T) {
 		period   time.Duration
 		min, max time.Duration // between the two cycles' snapshots
 	}{
-		{"rejected", logcache.Verdicts{Groups: 1, Rejected: 1, Reasons: map[string]int{"node n1 is full": 1}}, time.Hour, 0, 5 * time.Second},
-		{"admitted", logcache.Verdicts{Groups: 1, Admitted: 1, Binds: 2}, 300 * time.Millisecond, 300 * time.Millisecond, 10 * time.Second},
+		{"rejected", logcache.Verdicts{Groups: 1, Rejected: 1, Reasons: map[string]int{"node n1 is full": 1}}, time.Hour, 0, 2 * time.Second},
+		{"admitted", logcache.Verdicts{Groups: 1, Admitted: 1, Binds: 2}, 300 * time.Millisecond, 300 * time.Millisecond, 2 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &fakeCache{verdicts: []logcache.Verdicts{tt.first}}
 			l := newLoop(t, c)
 			l.Period = tt.period
-			beats, _ := cycles(t, l, 2, 10*time.Second)
+			beats, _ := cycles(t, l, 2, 3*time.Second)
 			if len(beats) != 2 {
-				t.Fatalf("%d cycles in 10 s, want 2", len(beats))
+				t.Fatalf("%d cycles in 3 s, want 2", len(beats))
 			}
 			if gap := c.snapshots[1].Sub(c.snapshots[0]); gap < tt.min || gap > tt.max {
 				t.Errorf("the second cycle began %v after the first, want within [%v, %v]", gap, tt.min, tt.max)

@@ -123,7 +123,7 @@ func TestWatchdogRun(t *testing.T) {
 	var store atomic.Int64
 	store.Store(5)
 	w := &Watchdog{Client: c, Every: 5 * time.Millisecond, Timeout: time.Second, Grace: 100 * time.Millisecond, Store: store.Load}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

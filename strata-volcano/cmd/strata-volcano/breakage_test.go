@@ -1,0 +1,144 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// breakage is one deliberate breakage of the code under test: the real source with one
+// mechanism taken away (each old text replaced by its new one), and the tests that must catch it.
+type breakage struct {
+	name  string
+	file  string      // under the module's root
+	edits [][2]string // old text (found exactly once), new text
+	tests string      // -run pattern: each of these tests must fail
+	fail  []string    // the tests that must be reported failing
+}
+
+var breakages = []breakage{
+	// server: the probes' answers
+	{"a probe answers 200 whatever it says", "internal/server/server.go",
+		[][2]string{{"\t\tif reason != \"\" {\n\t\t\tw.WriteHeader", "\t\tif false {\n\t\t\tw.WriteHeader"}},
+		"^(TestProbes|TestReplicaLive)$", []string{"TestProbes", "TestReplicaLive"}},
+	{"readiness is not kept once reached", "internal/server/server.go",
+		[][2]string{{"\tr.ready.Store(true)\n", "\n"}}, "^TestReplicaReady$", []string{"TestReplicaReady"}},
+	{"the heartbeat's age is not looked at", "internal/server/server.go",
+		[][2]string{{"now().Sub(beat) > r.Stale", "false"}}, "^TestReplicaLive$", []string{"TestReplicaLive"}},
+
+	// sidecar: the client and the watchdog
+	{"a missing verdict is not noticed", "internal/sidecar/sidecar.go",
+		[][2]string{{"if _, ok := out[o]; !ok {", "if _, ok := out[o]; false && !ok {"}}, "^TestOutcomes$", []string{"TestOutcomes"}},
+	{"a non-200 answer is read as an answer", "internal/sidecar/sidecar.go",
+		[][2]string{{"\tif resp.StatusCode != http.StatusOK {\n\t\treturn fmt.Errorf(\"the sidecar answered %s to %s", "\tif false {\n\t\treturn fmt.Errorf(\"the sidecar answered %s to %s"}},
+		"^(TestState|TestOutcomes)$", []string{"TestState", "TestOutcomes"}},
+	{"a state without a version is version 0", "internal/sidecar/sidecar.go",
+		[][2]string{{"if answer.Version == nil {", "if answer.Version == nil && false {"}}, "^TestState$", []string{"TestState"}},
+	{"the sidecar is told to wait a minute whatever the deadline", "internal/sidecar/sidecar.go",
+		[][2]string{{"if deadline, ok := ctx.Deadline(); ok {", "if deadline, ok := ctx.Deadline(); false && ok {"}},
+		"^TestTimeoutFollowsTheDeadline$", []string{"TestTimeoutFollowsTheDeadline"}},
+	{"a silent sidecar is never dead", "internal/sidecar/watchdog.go",
+		[][2]string{{"case at.Sub(w.aliveAt) >= grace:", "case false:"}}, "^(TestWatchdogJudges|TestWatchdogRun)$",
+		[]string{"TestWatchdogJudges", "TestWatchdogRun"}},
+	{"a stalled fold is never dead", "internal/sidecar/watchdog.go",
+		[][2]string{{"case w.answered && at.Sub(w.movedAt) >= grace && w.version < was:", "case false:"}},
+		"^TestWatchdogJudges$", []string{"TestWatchdogJudges"}},
+
+	// loop: the cycle
+	{"the beat is stored after a failed snapshot", "internal/loop/loop.go",
+		[][2]string{{"if report.Snapshot.Err == nil {", "if true {"}}, "^TestBeatOnlyOnASuccessfulSnapshot$",
+		[]string{"TestBeatOnlyOnASuccessfulSnapshot"}},
+	{"the binds are published after CloseSession", "internal/loop/loop.go",
+		[][2]string{
+			{"\tr.Verdicts, r.Err = l.Cache.Flush(ctx, ssn)\n", "\tframework.CloseSession(ssn)\n"},
+			{"\tr.Flush = time.Since(started) - r.Open - r.Actions\n\tframework.CloseSession(ssn)\n",
+				"\tr.Flush = time.Since(started) - r.Open - r.Actions\n\tr.Verdicts, r.Err = l.Cache.Flush(ctx, ssn)\n"},
+		}, "^TestRunOnce$", []string{"TestRunOnce"}},
+	{"a lost race waits for the period", "internal/loop/loop.go",
+		[][2]string{{"wait = 0 // lost a race", "_ = 0 // lost a race"}}, "^TestARejectedGroupStartsTheNextCycleAtOnce$",
+		[]string{"TestARejectedGroupStartsTheNextCycleAtOnce"}},
+
+	// avrolog: the Python-written vectors
+	{"Go writes arrays with a block size, as Python does not", "internal/avrolog/avrolog.go",
+		[][2]string{{"DisableBlockSizeHeader: true", "DisableBlockSizeHeader: false"}}, "^TestPythonMessages$",
+		[]string{"TestPythonMessages"}},
+}
+
+// Each package's tests catch a deliberate breakage of the code under test: the package's tests
+// are built again with one source file replaced (go test -overlay) by the real file with one
+// mechanism taken away, and the named tests must fail (not the build). An edit whose old text
+// is not found once makes this test fail: a refactor must move its breakage along. 1-7 s a
+// breakage once its dependencies are built; -short skips them.
+func TestTheTestsCatchDeliberateBreakages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the deliberate breakages are not built")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	dir := t.TempDir()
+	for i, b := range breakages {
+		t.Run(b.name, func(t *testing.T) {
+			path := filepath.Join(root, b.file)
+			// read every file of the package, so that go test's cache of this result is
+			// invalidated when any of them changes (it tracks the files a test opens)
+			files, err := filepath.Glob(filepath.Join(filepath.Dir(path), "*.go"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range files {
+				if _, err := os.ReadFile(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			text, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			broken := string(text)
+			for _, e := range b.edits {
+				if n := strings.Count(broken, e[0]); n != 1 {
+					t.Fatalf("%s has %q %d times, not once: move this breakage along with the code", b.file, e[0], n)
+				}
+				broken = strings.Replace(broken, e[0], e[1], 1)
+			}
+			sub := filepath.Join(dir, strings.Repeat("x", i+1))
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			copyPath := filepath.Join(sub, filepath.Base(b.file))
+			if err := os.WriteFile(copyPath, []byte(broken), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			overlay, _ := json.Marshal(map[string]map[string]string{"Replace": {path: copyPath}})
+			overlayPath := filepath.Join(sub, "overlay.json")
+			if err := os.WriteFile(overlayPath, overlay, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"test", "-count=1", "-overlay=" + overlayPath, "-run", b.tests}
+			if raceBuild { // the same mode as this run: its dependencies are built already
+				args = append(args, "-race")
+			}
+			cmd := exec.Command(goTool, append(args, "./"+filepath.Dir(b.file))...)
+			cmd.Dir = root
+			out, err := cmd.CombinedOutput()
+			if err == nil {
+				t.Fatalf("the tests passed against the breakage:\n%s", out)
+			}
+			for _, name := range b.fail {
+				if !strings.Contains(string(out), "--- FAIL: "+name+" ") {
+					t.Errorf("%s did not fail:\n%s", name, out)
+				}
+			}
+		})
+	}
+}
