@@ -48,11 +48,11 @@ type config struct {
 	replica, bootstrap, topicPrefix, sidecarURL, schemas, kubeconfig string
 	schedulerNames                                                   listFlag
 	defaultQueue, schedulerConf, kinds, httpHost                     string
-	period, verdictTimeout, sidecarGrace                             time.Duration
+	period, verdictTimeout, sidecarGrace, fullEvery                  time.Duration
 	qps                                                              float64
 	burst                                                            int
 	httpPort, exitWhenIdle                                           int
-	exitWithParent                                                   bool
+	exitWithParent, skipRepeats                                      bool
 }
 
 func env(name, fallback string) string {
@@ -83,6 +83,8 @@ func parse() config {
 	fs.IntVar(&c.burst, "kube-api-burst", 2000, "burst of status writes and events (vc-scheduler's default)")
 	fs.IntVar(&c.httpPort, "http-port", -1, "serve /metrics, /healthz and /readyz on this port (0: any free one; default: off)")
 	fs.StringVar(&c.httpHost, "http-host", "127.0.0.1", "address the HTTP endpoints bind to")
+	fs.BoolVar(&c.skipRepeats, "skip-repeats", true, "leave out a session that would repeat the last one: nothing changed in the log, the last session published and wrote nothing (clock-free configurations only)")
+	fs.DurationVar(&c.fullEvery, "full-session-every", 10*time.Second, "with --skip-repeats, still run a session at least this often")
 	fs.IntVar(&c.exitWhenIdle, "exit-when-idle", 0, "stop after N cycles in a row that bound nothing (0: never)")
 	fs.BoolVar(&c.exitWithParent, "exit-with-parent", false, "exit when the process that started this one is gone (its sidecar's)")
 	flag.Parse()
@@ -213,7 +215,11 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	l := &loop.Loop{Cache: cache, Conf: conf, Period: c.period, ExitWhenIdle: c.exitWhenIdle}
+	l := &loop.Loop{Cache: cache, Conf: conf, Period: c.period, ExitWhenIdle: c.exitWhenIdle,
+		SkipRepeats: c.skipRepeats && conf.ClockFree(), FullEvery: c.fullEvery}
+	if c.skipRepeats && !conf.ClockFree() {
+		fmt.Fprintf(os.Stderr, "replica %s: an action or plugin reads the clock: every cycle runs a session\n", c.replica)
+	}
 	if c.httpPort >= 0 {
 		// both probes read atomics only (the store's mirrors, the watchdog's last answer, the
 		// loop's beat): a build holding the store's lock for seconds never delays them. Served

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"k8s.io/klog/v2"
 
 	"volcano.sh/volcano/pkg/scheduler"
@@ -73,8 +75,30 @@ func (c Conf) Names() (actions, plugins []string) {
 	return actions, plugins
 }
 
+// clockFree are the actions and plugins whose decisions depend on the session's input alone
+// (its objects and overlays), not on the time: a session of these on an unchanged input that
+// published and wrote nothing would do so again.
+var clockFree = map[string]bool{
+	"enqueue": true, "allocate": true, "backfill": true, "preempt": true, "reclaim": true,
+	"priority": true, "gang": true, "conformance": true, "overcommit": true, "drf": true,
+	"predicates": true, "proportion": true, "nodeorder": true, "binpack": true,
+}
+
+// ClockFree says whether every action and plugin of the configuration is clock-free (sla,
+// tdm, rescheduling and the like read the time; a session of them is never left out).
+func (c Conf) ClockFree() bool {
+	actions, plugins := c.Names()
+	for _, name := range append(actions, plugins...) {
+		if !clockFree[name] {
+			return false
+		}
+	}
+	return true
+}
+
 // Report is one cycle's outcome and where its time went.
 type Report struct {
+	Skipped  bool // the session would have repeated the last one: left out
 	Verdicts logcache.Verdicts
 	Snapshot logcache.SnapshotReport
 	Open     time.Duration // OpenSession: the snapshot and the plugins' OnSessionOpen
@@ -88,6 +112,10 @@ type Report struct {
 // String is the report in one line.
 func (r Report) String() string {
 	s := r.Snapshot
+	if r.Skipped {
+		return fmt.Sprintf("cycle at version %d: %.0f ms (snapshot %.0f ms: sidecar %.1f ms, nothing changed); "+
+			"the session would repeat the last one: left out", s.Version, ms(r.Duration), ms(s.Took), ms(s.Sidecar))
+	}
 	return fmt.Sprintf("cycle at version %d: %.0f ms (snapshot %.0f ms: sidecar %.1f ms, %d nodes, %d jobs, %d tasks, "+
 		"%d decoded; open %.0f ms, actions %.0f ms, flush %.0f ms, close %.0f ms); %d BIND_GROUPs, %d admitted",
 		s.Version, ms(r.Duration), ms(s.Took), ms(s.Sidecar), s.Stats.Nodes, s.Stats.Jobs, s.Stats.Tasks, s.Stats.Decoded,
@@ -103,7 +131,14 @@ type Loop struct {
 	Period       time.Duration
 	ExitWhenIdle int          // stop after this many cycles in a row that bound nothing (0: never)
 	OnCycle      func(Report) // called after every cycle
-	beat         atomic.Int64 // unix nanos: the end of the last cycle whose snapshot succeeded
+	// SkipRepeats leaves out a session that would repeat the last one (a cache that can tell,
+	// logcache.Cache.Prepare, and a clock-free configuration); FullEvery still runs one at
+	// least this often (Volcano breaks score ties at random: a gang that did not fit one way
+	// may fit another)
+	SkipRepeats bool
+	FullEvery   time.Duration
+	lastFull    time.Time
+	beat        atomic.Int64 // unix nanos: the end of the last cycle whose snapshot succeeded
 }
 
 // LastBeat is when the last cycle whose snapshot succeeded ended, or when Run started if none has
@@ -151,6 +186,15 @@ func (l *Loop) Run(ctx context.Context) error {
 	return nil
 }
 
+// preparer is a cache that builds the next ClusterInfo ahead and says whether the session on
+// it would repeat the last one (logcache.Cache).
+type preparer interface{ Prepare() (again bool) }
+
+var skipped = promauto.NewCounter(prometheus.CounterOpts{
+	Name: "strata_volcano_sessions_left_out",
+	Help: "cycles whose session would have repeated the last one (nothing changed, nothing done): left out",
+})
+
 // RunOnce is Volcano's runOnce plus the flush of the session's binds before CloseSession.
 func (l *Loop) RunOnce(ctx context.Context) Report {
 	started := time.Now()
@@ -159,6 +203,18 @@ func (l *Loop) RunOnce(ctx context.Context) Report {
 		conf.EnabledActionMap[action.Name()] = true
 	}
 	var r Report
+	if p, ok := l.Cache.(preparer); ok && l.SkipRepeats {
+		again := p.Prepare()
+		if again && time.Since(l.lastFull) < l.FullEvery {
+			r.Skipped = true
+			r.Snapshot = l.Cache.LastSnapshot()
+			r.Duration = time.Since(started)
+			r.Err = r.Snapshot.Err
+			skipped.Inc()
+			return r
+		}
+	}
+	l.lastFull = started
 	l.Cache.BeginSession()
 	ssn := framework.OpenSession(l.Cache, l.Conf.Tiers, l.Conf.Configurations)
 	r.Open = time.Since(started)
