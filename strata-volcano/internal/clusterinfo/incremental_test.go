@@ -264,3 +264,58 @@ func TestMain(m *testing.M) {
 	klog.SetOutput(io.Discard)
 	os.Exit(m.Run())
 }
+
+// Unchanged tells a build whose ClusterInfo is the last one's: not the first build, not after a
+// change in the log or the overlays, not after a session that changed a node or a job.
+func TestUnchanged(t *testing.T) {
+	w, s := newWorld(), newStore()
+	b := NewBuilder(Config{SchedulerNames: []string{"volcano"}, DefaultQueue: "default"})
+	w.set(objects.Queue, "q", queue("q", 1))
+	w.set(objects.Node, "n1", node("n1", "4", true, nil))
+	w.set(objects.PodGroup, "ns/g", podGroup("ns", "g", "q", 1))
+	w.set(objects.Pod, "ns/p", pod("ns", "p", "up", "g", "volcano", "", "Pending", "1"))
+	build := func() (*api.ClusterInfo, Stats) {
+		ci, st := b.Build(s.sync(t, w), w.overlays)
+		s.read()
+		return ci, st
+	}
+	steps := []struct {
+		name   string
+		change func(ci *api.ClusterInfo)
+		want   bool
+	}{
+		{"the first build", nil, false},
+		{"nothing changed", nil, true},
+		{"a session changed a PodGroup's phase only (every build hands out new PodGroups)", func(ci *api.ClusterInfo) {
+			ci.Jobs["ns/g"].PodGroup.Status.Phase = "Running" // a new PodGroup is handed out every build
+		}, true},
+		{"a session allocated the task", func(ci *api.ClusterInfo) {
+			job, n := ci.Jobs["ns/g"], ci.Nodes["n1"]
+			task := job.Tasks["up"]
+			if err := job.UpdateTaskStatus(task, api.Allocated); err != nil {
+				t.Fatal(err)
+			}
+			task.NodeName = "n1"
+			if err := n.AddTask(task); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"nothing since", nil, true},
+		{"an overlay", func(*api.ClusterInfo) { w.overlays["up"] = Overlay{Status: api.Binding, Node: "n1"} }, false},
+		{"a pod's change in the log", func(*api.ClusterInfo) {
+			w.set(objects.Pod, "ns/p", pod("ns", "p", "up", "g", "volcano", "n1", "Running", "1"))
+		}, false},
+		{"and then nothing", nil, true},
+	}
+	var ci *api.ClusterInfo
+	for _, step := range steps {
+		if step.change != nil && ci != nil {
+			step.change(ci)
+		}
+		var st Stats
+		ci, st = build()
+		if st.Unchanged != step.want {
+			t.Errorf("%s: Unchanged %v, want %v (%+v)", step.name, st.Unchanged, step.want, st)
+		}
+	}
+}

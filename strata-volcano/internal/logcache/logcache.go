@@ -491,7 +491,6 @@ func (c *Cache) takeBack(ssn *framework.Session, groups []*group, reason string)
 
 // Evict publishes EVICT and returns the fold's verdict (an error when it is not applied).
 func (c *Cache) Evict(task *api.TaskInfo, reason string) error {
-	c.acted()
 	ctx, cancel := context.WithTimeout(c.cfg.Context, c.cfg.VerdictWithin)
 	defer cancel()
 	replica := c.cfg.Replica
@@ -503,6 +502,7 @@ func (c *Cache) Evict(task *api.TaskInfo, reason string) error {
 	if err != nil {
 		return err // one record: not in the log
 	}
+	c.acted()
 	outcomes, err := c.side.Outcomes(ctx, offsets)
 	if err != nil {
 		return err
@@ -585,7 +585,6 @@ func (c *Cache) UpdateJobStatus(job *api.JobInfo, updatePG bool) (*api.JobInfo, 
 			klog.Warningf("not writing PodGroup %s/%s: %s", job.Namespace, job.Name, why)
 			return job, nil
 		}
-		c.acted()
 		patch, err := PodGroupStatusPatch(job.PodGroup)
 		if err != nil {
 			return nil, err
@@ -595,6 +594,8 @@ func (c *Cache) UpdateJobStatus(job *api.JobInfo, updatePG bool) (*api.JobInfo, 
 		updated, err := c.vc.SchedulingV1beta1().PodGroups(job.Namespace).Patch(
 			ctx, job.PodGroup.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		statusWrites.WithLabelValues("PodGroup", outcome(err)).Inc()
+		// a write that failed changed nothing: a repeat of this session would try it again,
+		// and so will the next session that runs (a change, or --full-session-every)
 		if err != nil {
 			return nil, fmt.Errorf("patching the status of PodGroup %s/%s: %w", job.Namespace, job.PodGroup.Name, err)
 		}
@@ -603,6 +604,7 @@ func (c *Cache) UpdateJobStatus(job *api.JobInfo, updatePG bool) (*api.JobInfo, 
 			return nil, fmt.Errorf("converting PodGroup %s/%s: %w", updated.Namespace, updated.Name, err)
 		}
 		job.PodGroup = info
+		c.acted()
 	}
 	c.RecordJobStatusEvent(job, updatePG)
 	return job, nil
@@ -647,7 +649,6 @@ func PodGroupStatusPatch(pg *api.PodGroup) ([]byte, error) {
 // resourceVersion. Volcano computes it from the session's Running tasks, which come from the
 // pods in the log, never from binds in flight; it calls this only when they changed.
 func (c *Cache) UpdateQueueStatus(queue *api.QueueInfo) error {
-	c.acted()
 	c.mu.Lock()
 	logged := c.loggedAllocated[queue.UID]
 	c.mu.Unlock()
@@ -663,6 +664,7 @@ func (c *Cache) UpdateQueueStatus(queue *api.QueueInfo) error {
 	if err != nil {
 		return fmt.Errorf("patching the status of Queue %s: %w", queue.Name, err)
 	}
+	c.acted()
 	return nil
 }
 
