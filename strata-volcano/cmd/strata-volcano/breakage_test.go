@@ -18,54 +18,59 @@ type breakage struct {
 	edits [][2]string // old text (found exactly once), new text
 	tests string      // -run pattern: each of these tests must fail
 	fail  []string    // the tests that must be reported failing
+	race  bool        // caught by the race detector only: tried in a -race run
 }
 
 var breakages = []breakage{
 	// server: the probes' answers
 	{"a probe answers 200 whatever it says", "internal/server/server.go",
 		[][2]string{{"\t\tif reason != \"\" {\n\t\t\tw.WriteHeader", "\t\tif false {\n\t\t\tw.WriteHeader"}},
-		"^(TestProbes|TestReplicaLive)$", []string{"TestProbes", "TestReplicaLive"}},
+		"^(TestProbes|TestReplicaLive)$", []string{"TestProbes", "TestReplicaLive"}, false},
 	{"readiness is not kept once reached", "internal/server/server.go",
-		[][2]string{{"\tr.ready.Store(true)\n", "\n"}}, "^TestReplicaReady$", []string{"TestReplicaReady"}},
+		[][2]string{{"\tr.ready.Store(true)\n", "\n"}}, "^TestReplicaReady$", []string{"TestReplicaReady"}, false},
+	{"readiness is a plain bool (the race detector sees it)", "internal/server/server.go",
+		[][2]string{{"\tready atomic.Bool ", "\tready plainBool "}, {"// Live is", "var _ atomic.Bool\n\ntype plainBool struct{ v bool }\n\n" +
+			"func (b *plainBool) Load() bool   { return b.v }\nfunc (b *plainBool) Store(v bool) { b.v = v }\n\n// Live is"}},
+		"^TestReplicaProbesConcurrently$", []string{"TestReplicaProbesConcurrently"}, true},
 	{"the heartbeat's age is not looked at", "internal/server/server.go",
-		[][2]string{{"now().Sub(beat) > r.Stale", "false"}}, "^TestReplicaLive$", []string{"TestReplicaLive"}},
+		[][2]string{{"now().Sub(beat) > r.Stale", "false"}}, "^TestReplicaLive$", []string{"TestReplicaLive"}, false},
 
 	// sidecar: the client and the watchdog
 	{"a missing verdict is not noticed", "internal/sidecar/sidecar.go",
-		[][2]string{{"if _, ok := out[o]; !ok {", "if _, ok := out[o]; false && !ok {"}}, "^TestOutcomes$", []string{"TestOutcomes"}},
+		[][2]string{{"if _, ok := out[o]; !ok {", "if _, ok := out[o]; false && !ok {"}}, "^TestOutcomes$", []string{"TestOutcomes"}, false},
 	{"a non-200 answer is read as an answer", "internal/sidecar/sidecar.go",
 		[][2]string{{"\tif resp.StatusCode != http.StatusOK {\n\t\treturn fmt.Errorf(\"the sidecar answered %s to %s", "\tif false {\n\t\treturn fmt.Errorf(\"the sidecar answered %s to %s"}},
-		"^(TestState|TestOutcomes)$", []string{"TestState", "TestOutcomes"}},
+		"^(TestState|TestOutcomes)$", []string{"TestState", "TestOutcomes"}, false},
 	{"a state without a version is version 0", "internal/sidecar/sidecar.go",
-		[][2]string{{"if answer.Version == nil {", "if answer.Version == nil && false {"}}, "^TestState$", []string{"TestState"}},
+		[][2]string{{"if answer.Version == nil {", "if answer.Version == nil && false {"}}, "^TestState$", []string{"TestState"}, false},
 	{"the sidecar is told to wait a minute whatever the deadline", "internal/sidecar/sidecar.go",
 		[][2]string{{"if deadline, ok := ctx.Deadline(); ok {", "if deadline, ok := ctx.Deadline(); false && ok {"}},
-		"^TestTimeoutFollowsTheDeadline$", []string{"TestTimeoutFollowsTheDeadline"}},
+		"^TestTimeoutFollowsTheDeadline$", []string{"TestTimeoutFollowsTheDeadline"}, false},
 	{"a silent sidecar is never dead", "internal/sidecar/watchdog.go",
 		[][2]string{{"case at.Sub(w.aliveAt) >= grace:", "case false:"}}, "^(TestWatchdogJudges|TestWatchdogRun)$",
-		[]string{"TestWatchdogJudges", "TestWatchdogRun"}},
+		[]string{"TestWatchdogJudges", "TestWatchdogRun"}, false},
 	{"a stalled fold is never dead", "internal/sidecar/watchdog.go",
 		[][2]string{{"case w.answered && at.Sub(w.movedAt) >= grace && w.version < was:", "case false:"}},
-		"^TestWatchdogJudges$", []string{"TestWatchdogJudges"}},
+		"^TestWatchdogJudges$", []string{"TestWatchdogJudges"}, false},
 
 	// loop: the cycle
 	{"the beat is stored after a failed snapshot", "internal/loop/loop.go",
 		[][2]string{{"if report.Snapshot.Err == nil {", "if true {"}}, "^TestBeatOnlyOnASuccessfulSnapshot$",
-		[]string{"TestBeatOnlyOnASuccessfulSnapshot"}},
+		[]string{"TestBeatOnlyOnASuccessfulSnapshot"}, false},
 	{"the binds are published after CloseSession", "internal/loop/loop.go",
 		[][2]string{
 			{"\tr.Verdicts, r.Err = l.Cache.Flush(ctx, ssn)\n", "\tframework.CloseSession(ssn)\n"},
 			{"\tr.Flush = time.Since(started) - r.Open - r.Actions\n\tframework.CloseSession(ssn)\n",
 				"\tr.Flush = time.Since(started) - r.Open - r.Actions\n\tr.Verdicts, r.Err = l.Cache.Flush(ctx, ssn)\n"},
-		}, "^TestRunOnce$", []string{"TestRunOnce"}},
+		}, "^TestRunOnce$", []string{"TestRunOnce"}, false},
 	{"a lost race waits for the period", "internal/loop/loop.go",
 		[][2]string{{"wait = 0 // lost a race", "_ = 0 // lost a race"}}, "^TestARejectedGroupStartsTheNextCycleAtOnce$",
-		[]string{"TestARejectedGroupStartsTheNextCycleAtOnce"}},
+		[]string{"TestARejectedGroupStartsTheNextCycleAtOnce"}, false},
 
 	// avrolog: the Python-written vectors
 	{"Go writes arrays with a block size, as Python does not", "internal/avrolog/avrolog.go",
 		[][2]string{{"DisableBlockSizeHeader: true", "DisableBlockSizeHeader: false"}}, "^TestPythonMessages$",
-		[]string{"TestPythonMessages"}},
+		[]string{"TestPythonMessages"}, false},
 }
 
 // Each package's tests catch a deliberate breakage of the code under test: the package's tests
@@ -88,6 +93,9 @@ func TestTheTestsCatchDeliberateBreakages(t *testing.T) {
 	dir := t.TempDir()
 	for i, b := range breakages {
 		t.Run(b.name, func(t *testing.T) {
+			if b.race && !raceBuild {
+				t.Skip("the race detector catches it: go test -race")
+			}
 			path := filepath.Join(root, b.file)
 			// read every file of the package, so that go test's cache of this result is
 			// invalidated when any of them changes (it tracks the files a test opens)

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -158,5 +160,41 @@ func TestReplicaReady(t *testing.T) {
 		if status, body := get(t, h, "/readyz"); status != step.status || body != step.body {
 			t.Errorf("store %q, sidecar %q: /readyz %d %q, want %d %q", step.store, step.side, status, body, step.status, step.body)
 		}
+	}
+}
+
+// The probes are answered concurrently (one goroutine per request) while the replica changes
+// underneath: under -race, any plain shared variable among them is reported.
+func TestReplicaProbesConcurrently(t *testing.T) {
+	var reason atomic.Pointer[string]
+	notYet, none := "catching up", ""
+	reason.Store(&notYet)
+	r := &Replica{
+		Failure:  func() error { return nil },
+		Dead:     func() string { return "" },
+		LastBeat: time.Now,
+		Stale:    time.Minute,
+		NotReady: []func() string{func() string { return *reason.Load() }},
+	}
+	h := Handler(r.Probes())
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				for _, path := range []string{"/readyz", "/healthz"} {
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				}
+			}
+		}()
+		if i == 4 {
+			reason.Store(&none)
+		}
+	}
+	wg.Wait()
+	if status, _ := get(t, h, "/readyz"); status != 200 {
+		t.Errorf("/readyz %d once nothing is left to wait for", status)
 	}
 }
