@@ -144,6 +144,8 @@ type Builder struct {
 	first    bool
 	queued   []string // pods whose cache entry changed in this build's refresh
 	skipScan bool     // a breakage for the tests: trust that no session changed anything
+	// handedOut: a ClusterInfo went to a session since the last scan
+	handedOut bool
 }
 
 // NewBuilder builds with the fold's settings.
@@ -526,13 +528,23 @@ func setCSIResourceOnNode(csiNode *storagev1.CSINode, node *v1.Node) {
 // (in the log, in the overlays, or in the last session); the maps and lists around them, the
 // queues and every job's PodGroup are new each time, so a session may change them freely.
 func (b *Builder) Build(v objects.View, overlays map[string]Overlay) (*api.ClusterInfo, Stats) {
+	st := b.Refresh(v, overlays)
+	ci := b.Assemble(v, &st)
+	return ci, st
+}
+
+// Refresh brings the kept nodes and jobs up to the view and the overlays (Build's first half):
+// its Stats say whether anything changed. Assemble then hands them out; without it (a session
+// left out) nothing of them reaches a session, so the next Refresh need not scan them.
+func (b *Builder) Refresh(v objects.View, overlays map[string]Overlay) Stats {
 	var st Stats
 	st.Full = b.first
 	if b.first {
 		v.Dirty = nil // the first build looks at everything
-	} else if !b.skipScan {
+	} else if b.handedOut && !b.skipScan {
 		b.scan(&st)
 	}
+	b.handedOut = false
 	b.queued = b.queued[:0]
 	dirtyKeys := 0
 	for _, keys := range v.Dirty {
@@ -642,7 +654,13 @@ func (b *Builder) Build(v objects.View, overlays map[string]Overlay) (*api.Clust
 	}
 	clear(b.dirtyN)
 	clear(b.dirtyJ)
+	return st
+}
 
+// Assemble is the ClusterInfo of the kept nodes and jobs at the view (Build's second half): new
+// maps, queues and PodGroups around them, the shared pods' spec.nodeName as the log has it.
+func (b *Builder) Assemble(v objects.View, st *Stats) *api.ClusterInfo {
+	b.handedOut = true
 	snapshot := &api.ClusterInfo{
 		Nodes:          map[string]*api.NodeInfo{},
 		Jobs:           map[api.JobID]*api.JobInfo{},
@@ -718,7 +736,7 @@ func (b *Builder) Build(v objects.View, overlays map[string]Overlay) (*api.Clust
 		}
 	}
 	st.Nodes, st.Jobs = len(snapshot.Nodes), len(snapshot.Jobs)
-	return snapshot, st
+	return snapshot
 }
 
 func (b *Builder) setImages(ni *api.NodeInfo, c *nodeCache) {

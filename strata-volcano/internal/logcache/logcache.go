@@ -264,12 +264,13 @@ func (c *Cache) LastSnapshot() SnapshotReport {
 func (c *Cache) Prepare() (again bool) {
 	c.mu.Lock()
 	c.prepared = nil // one a skipped session left is no longer current
+	quiet := c.acts == 0
 	c.mu.Unlock()
-	ci := c.Snapshot()
+	ci, err := c.take(quiet)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.prepared = ci
-	return c.lastErr == nil && c.lastStats.Unchanged && c.acts == 0
+	return err == nil && ci == nil
 }
 
 // acted notes that this session published or wrote something.
@@ -290,24 +291,34 @@ func (c *Cache) Snapshot() *api.ClusterInfo {
 		return ci
 	}
 	c.mu.Unlock()
-	started := time.Now()
-	ci, version, stats, err := c.snapshot(context.Background())
-	c.mu.Lock()
-	c.lastStats, c.lastErr, c.lastTook, c.lastAt = stats, err, time.Since(started), version
-	c.mu.Unlock()
+	ci, err := c.take(false)
 	if err != nil {
-		klog.Errorf("snapshot: %v", err)
 		return &api.ClusterInfo{
 			Nodes: map[string]*api.NodeInfo{}, Jobs: map[api.JobID]*api.JobInfo{},
 			Queues: map[api.QueueID]*api.QueueInfo{}, NamespaceInfo: map[api.NamespaceName]*api.NamespaceInfo{},
 			RevocableNodes: map[string]*api.NodeInfo{}, CSINodesStatus: map[string]*api.CSINodeStatusInfo{},
 		}
 	}
-	snapshotSeconds.Observe(time.Since(started).Seconds())
 	return ci
 }
 
-func (c *Cache) snapshot(ctx context.Context) (*api.ClusterInfo, int64, clusterinfo.Stats, error) {
+// take is one snapshot, reported in LastSnapshot; with unlessUnchanged, none (nil) when the
+// builder finds nothing changed since the last.
+func (c *Cache) take(unlessUnchanged bool) (*api.ClusterInfo, error) {
+	started := time.Now()
+	ci, version, stats, err := c.snapshot(context.Background(), unlessUnchanged)
+	c.mu.Lock()
+	c.lastStats, c.lastErr, c.lastTook, c.lastAt = stats, err, time.Since(started), version
+	c.mu.Unlock()
+	if err != nil {
+		klog.Errorf("snapshot: %v", err)
+		return nil, err
+	}
+	snapshotSeconds.Observe(time.Since(started).Seconds())
+	return ci, nil
+}
+
+func (c *Cache) snapshot(ctx context.Context, unlessUnchanged bool) (*api.ClusterInfo, int64, clusterinfo.Stats, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.VerdictWithin)
 	defer cancel()
 	held := c.store.Hold() // the store stays here until Read takes it to the fold's version
@@ -338,19 +349,24 @@ func (c *Cache) snapshot(ctx context.Context) (*api.ClusterInfo, int64, clusteri
 	var ci *api.ClusterInfo
 	var stats clusterinfo.Stats
 	err = c.store.Read(ctx, st.Version, func(v objects.View) error {
-		ci, stats = c.builder.Build(v, overlays)
+		stats = c.builder.Refresh(v, overlays)
+		if !unlessUnchanged || !stats.Unchanged {
+			ci = c.builder.Assemble(v, &stats)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, 0, stats, fmt.Errorf("reading the log at the fold's version %d: %w", st.Version, err)
 	}
-	logged := make(map[api.QueueID]v1.ResourceList, len(ci.Queues))
-	for id, q := range ci.Queues {
-		logged[id] = q.Queue.Status.Allocated.DeepCopy()
+	if ci != nil {
+		logged := make(map[api.QueueID]v1.ResourceList, len(ci.Queues))
+		for id, q := range ci.Queues {
+			logged[id] = q.Queue.Status.Allocated.DeepCopy()
+		}
+		c.mu.Lock()
+		c.loggedAllocated = logged
+		c.mu.Unlock()
 	}
-	c.mu.Lock()
-	c.loggedAllocated = logged
-	c.mu.Unlock()
 	snapshotVersion.Set(float64(st.Version))
 	klog.V(3).Infof("snapshot at version %d: %d nodes, %d jobs, %d tasks, %d overlays, %d decoded",
 		st.Version, stats.Nodes, stats.Jobs, stats.Tasks, stats.Overlays, stats.Decoded)
