@@ -198,6 +198,14 @@ def test_volcano_rendering(helm_binary: Path):
     plain_scheduler = _by_component(plain)["scheduler"]
     assert "--scheduler-conf" not in _container(plain_scheduler)["args"]
     assert "scheduler-conf" not in {v["name"] for v in _pod_spec(plain_scheduler)["volumes"]}
+    # the volcano engine's own resources, from the peak measured at 5,000 nodes / 150,000 pods,
+    # and the Go heap's soft limit below them; the example engine keeps the scheduler's
+    container = _container(plain_scheduler)
+    assert container["resources"] == {"requests": {"cpu": "1", "memory": "5Gi"}, "limits": {"memory": "6Gi"}}
+    assert {"name": "GOMEMLIMIT", "value": "4GiB"} in container["env"]
+    example = _container(_by_component(template("rel", "strata", set_values=["scheduler.enabled=true"]))["scheduler"])
+    assert example["resources"] == {"requests": {"cpu": "250m", "memory": "512Mi"}}
+    assert "GOMEMLIMIT" not in {e["name"] for e in example.get("env", [])}
     _assert_common(docs)
     _assert_common(plain)
 
