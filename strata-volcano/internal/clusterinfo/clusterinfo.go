@@ -460,8 +460,8 @@ func (b *Builder) scan(st *Stats) {
 			continue
 		}
 		m := b.made[name]
-		touched := m == nil || len(ni.Tasks) != m.tasks || !same(ni.Idle, m.idle) || !same(ni.Used, m.used) ||
-			!same(ni.Releasing, m.releasing) || !same(ni.Pipelined, m.pipelined)
+		touched := m == nil || len(ni.Tasks) != m.tasks || !settle(ni.Idle, m.idle) || !settle(ni.Used, m.used) ||
+			!settle(ni.Releasing, m.releasing) || !settle(ni.Pipelined, m.pipelined)
 		if !touched {
 			for _, t := range ni.Tasks {
 				if c := b.byUID[t.UID]; c == nil || c.onNode != name || t.Status != c.status || t.NodeName != c.node {
@@ -480,7 +480,7 @@ func (b *Builder) scan(st *Stats) {
 			continue
 		}
 		m := b.jobMade[id]
-		touched := m == nil || len(job.Tasks) != len(b.inJob[id]) || !same(job.Allocated, m[0]) || !same(job.TotalRequest, m[1])
+		touched := m == nil || len(job.Tasks) != len(b.inJob[id]) || !settle(job.Allocated, m[0]) || !settle(job.TotalRequest, m[1])
 		if !touched {
 			for _, t := range job.Tasks {
 				if c := b.byUID[t.UID]; c == nil || c.inJob != id || t.Status != c.status || t.NodeName != c.node {
@@ -763,16 +763,34 @@ func inLogOrder(set map[*podCache]struct{}) []*podCache {
 	return out
 }
 
-// same is a == b to the key: a resource a session added and took back again leaves a zero
-// behind, which a fresh node does not have.
-func same(a, b *api.Resource) bool {
-	if a.MilliCPU != b.MilliCPU || a.Memory != b.Memory || a.MaxTaskNum != b.MaxTaskNum ||
-		len(a.ScalarResources) != len(b.ScalarResources) {
+// settle says whether r is b but for scalar resources at zero that one has and the other has
+// not (a session that allocated and took back again leaves such a zero behind), and then makes
+// r b to the key, so that a tried and discarded allocation does not make a node or a job anew.
+func settle(r, b *api.Resource) bool {
+	if r.MilliCPU != b.MilliCPU || r.Memory != b.Memory || r.MaxTaskNum != b.MaxTaskNum {
 		return false
 	}
-	for k, v := range a.ScalarResources {
-		if w, ok := b.ScalarResources[k]; !ok || w != v {
+	for k, v := range r.ScalarResources {
+		if w, ok := b.ScalarResources[k]; (ok && w != v) || (!ok && v != 0) {
 			return false
+		}
+	}
+	for k, w := range b.ScalarResources {
+		if _, ok := r.ScalarResources[k]; !ok && w != 0 {
+			return false
+		}
+	}
+	for k := range r.ScalarResources {
+		if _, ok := b.ScalarResources[k]; !ok {
+			delete(r.ScalarResources, k)
+		}
+	}
+	for k, w := range b.ScalarResources {
+		if _, ok := r.ScalarResources[k]; !ok {
+			if r.ScalarResources == nil {
+				r.ScalarResources = map[v1.ResourceName]float64{}
+			}
+			r.ScalarResources[k] = w
 		}
 	}
 	return true

@@ -289,6 +289,24 @@ func TestUnchanged(t *testing.T) {
 		{"a session changed a PodGroup's phase only (every build hands out new PodGroups)", func(ci *api.ClusterInfo) {
 			ci.Jobs["ns/g"].PodGroup.Status.Phase = "Running" // a new PodGroup is handed out every build
 		}, true},
+		{"a session allocated the task and took it back (Statement.Discard)", func(ci *api.ClusterInfo) {
+			job, n := ci.Jobs["ns/g"], ci.Nodes["n1"]
+			task := job.Tasks["up"]
+			if err := job.UpdateTaskStatus(task, api.Allocated); err != nil {
+				t.Fatal(err)
+			}
+			task.NodeName = "n1"
+			if err := n.AddTask(task); err != nil {
+				t.Fatal(err)
+			}
+			if err := job.UpdateTaskStatus(task, api.Pending); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.RemoveTask(task); err != nil {
+				t.Fatal(err)
+			}
+			task.NodeName = ""
+		}, true},
 		{"a session allocated the task", func(ci *api.ClusterInfo) {
 			job, n := ci.Jobs["ns/g"], ci.Nodes["n1"]
 			task := job.Tasks["up"]
