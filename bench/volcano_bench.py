@@ -30,7 +30,9 @@ strata/dev/stack/vcscheduler.py), on the same API server, objects and configurat
                                             [--arrivals 1000] [--period 1s] [--order strata_volcano,vc_scheduler]
 
 Setup (not timed): in a namespace of the run, N nodes (32 cpu, 256Gi, 500 pods; Ready; tainted and
-labelled for the run, so no other run's pod lands there), two queues (weights 1 and 3), and the
+labelled for the run, so no other run's pod lands there), two queues (weights 1 and 3) and the
+run's default queue (both schedulers' --default-queue; vc-scheduler creates a missing one, which on
+a shared API server would be everybody's), and the
 running load: P - pending pods in gangs of --size with their PodGroups, each pod placed at creation
 (spec.nodeName; no kubelet runs, so they stay in phase Pending, which Volcano counts as Bound:
 allocated on the node), each PodGroup created with the status Volcano gives a placed gang (Running,
@@ -402,7 +404,9 @@ def _scale_setup(api: KubeApi, run: str, args: argparse.Namespace) -> dict[str, 
         api.request("PUT", f"/api/v1/nodes/{name}/status", created)
 
     _pool(node, names)
-    for q, weight in (("qa", 1), ("qb", 3)):
+    # "default": both schedulers' --default-queue (vc-scheduler creates its default queue when it is
+    # missing, and that on a shared API server would be everyone's); no PodGroup here is in it
+    for q, weight in (("qa", 1), ("qb", 3), ("default", 1)):
         body = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": f"{run}-{q}"}}
         api.request("POST", f"{VOLCANO}/queues", {**body, "spec": {"weight": weight, "reclaimable": True}})
     api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": run}})
@@ -500,6 +504,12 @@ class BoundWatch(threading.Thread):
                 print(f"watch: {exc}; again", file=sys.stderr)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client closing a kept-alive connection
+            super().handle_error(request, client_address)
+
+
 class WriteCounter:
     """A plain-HTTP proxy in front of the API server that counts what passes by method.
 
@@ -559,7 +569,7 @@ class WriteCounter:
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward  # noqa: N815 (the base class's names)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -801,7 +811,7 @@ def _run_strata(api: KubeApi, base: Settings, run: str, conf: Path, args: argpar
         procs.append(proc)
         return proc
 
-    fold = ["--scheduler-name", run]
+    fold = ["--scheduler-name", run, "--default-queue", f"{run}-default"]
     try:
         # the deployment around the replica, not timed: the cluster in the log, the binder, and a
         # checkpoint of the log's fold (the projector's), which a replica's sidecar starts from
@@ -869,6 +879,7 @@ def _run_vc(api: KubeApi, base: Settings, run: str, conf: Path, args: argparse.N
         str(binary),
         f"--kubeconfig={base.kubeconfig}",
         f"--scheduler-name={run}",
+        f"--default-queue={run}-default",
         f"--scheduler-conf={conf}",
         f"--schedule-period={args.period}",
         "--leader-elect=false",
@@ -956,6 +967,7 @@ def scale(api: KubeApi, base: Settings, args: argparse.Namespace) -> dict[str, A
     finally:
         api.call("DELETE", f"/api/v1/namespaces/{run}/pods", gracePeriodSeconds=0)
         _teardown(api, run, [])
+        api.call("DELETE", f"{VOLCANO}/queues/{run}-default")
         _pool(lambda name: api.call("DELETE", f"/api/v1/nodes/{name}"), nodes)  # those never made: 404
     s, v = out["strata_volcano"], out["vc_scheduler"]
     for key in ("cycle_idle_p50_s", "cycle_idle_p99_s", "cycle_after_arrivals_s", "rss_peak_mb", "idle_api_writes"):
