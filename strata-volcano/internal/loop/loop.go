@@ -116,9 +116,12 @@ func (r Report) String() string {
 		return fmt.Sprintf("cycle at version %d: %.0f ms (snapshot %.0f ms: sidecar %.1f ms, nothing changed); "+
 			"the session would repeat the last one: left out", s.Version, ms(r.Duration), ms(s.Took), ms(s.Sidecar))
 	}
+	st := s.Stats
 	return fmt.Sprintf("cycle at version %d: %.0f ms (snapshot %.0f ms: sidecar %.1f ms, %d nodes, %d jobs, %d tasks, "+
-		"%d decoded; open %.0f ms, actions %.0f ms, flush %.0f ms, close %.0f ms); %d BIND_GROUPs, %d admitted",
-		s.Version, ms(r.Duration), ms(s.Took), ms(s.Sidecar), s.Stats.Nodes, s.Stats.Jobs, s.Stats.Tasks, s.Stats.Decoded,
+		"%d decoded, made anew %d nodes and %d jobs (%d and %d the last session changed), %d tasks moved; "+
+		"open %.0f ms, actions %.0f ms, flush %.0f ms, close %.0f ms); %d BIND_GROUPs, %d admitted",
+		s.Version, ms(r.Duration), ms(s.Took), ms(s.Sidecar), st.Nodes, st.Jobs, st.Tasks, st.Decoded,
+		st.NodesBuilt, st.JobsBuilt, st.NodesTouched, st.JobsTouched, st.TasksMoved,
 		ms(r.Open), ms(r.Actions), ms(r.Flush), ms(r.Close), r.Verdicts.Groups, r.Verdicts.Admitted)
 }
 
