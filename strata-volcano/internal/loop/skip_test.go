@@ -1,9 +1,14 @@
 package loop
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
+
+	"volcano.sh/volcano/pkg/scheduler/framework"
+
+	"strata.local/volcano/internal/logcache"
 )
 
 // preparing is the fake with logcache.Cache's Prepare: it says, cycle by cycle, whether the
@@ -12,6 +17,12 @@ type preparing struct {
 	*fakeCache
 	again []bool
 	asked int
+	slow  time.Duration // how long each session's flush takes
+}
+
+func (p *preparing) Flush(ctx context.Context, ssn *framework.Session) (logcache.Verdicts, error) {
+	time.Sleep(p.slow)
+	return p.fakeCache.Flush(ctx, ssn)
 }
 
 func (p *preparing) Prepare() bool {
@@ -29,18 +40,23 @@ func TestSkipRepeats(t *testing.T) {
 		name      string
 		skip      bool
 		fullEvery time.Duration
+		slow      time.Duration
 		again     []bool
 		wantOpen  []bool // per cycle: did a session open
 	}{
-		{"a changed input runs; a repeat is left out", true, time.Hour,
+		{"a changed input runs; a repeat is left out", true, time.Hour, 0,
 			[]bool{false, true, true, false, true}, []bool{true, false, false, true, false}},
-		{"the first cycle always runs", true, time.Hour, []bool{true, true}, []bool{true, false}},
-		{"FullEvery runs a repeat anyway", true, 0, []bool{true, true, true}, []bool{true, true, true}},
-		{"without SkipRepeats every session runs", false, time.Hour, []bool{false, true, true}, []bool{true, true, true}},
+		{"the first cycle always runs", true, time.Hour, 0, []bool{true, true}, []bool{true, false}},
+		{"FullEvery runs a repeat anyway", true, 0, 0, []bool{true, true, true}, []bool{true, true, true}},
+		// at scale a session takes longer than FullEvery: counted from its start, every cycle
+		// would run one
+		{"FullEvery counts from the last session's end", true, 100 * time.Millisecond, 150 * time.Millisecond,
+			[]bool{true, true}, []bool{true, false}},
+		{"without SkipRepeats every session runs", false, time.Hour, 0, []bool{false, true, true}, []bool{true, true, true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := &preparing{fakeCache: &fakeCache{}, again: tt.again}
+			c := &preparing{fakeCache: &fakeCache{}, again: tt.again, slow: tt.slow}
 			l := newLoop(t, c.fakeCache)
 			l.Cache, l.SkipRepeats, l.FullEvery = c, tt.skip, tt.fullEvery
 			var opened []bool
