@@ -220,11 +220,12 @@ func run(c config) error {
 	if c.skipRepeats && !conf.ClockFree() {
 		fmt.Fprintf(os.Stderr, "replica %s: an action or plugin reads the clock: every cycle runs a session\n", c.replica)
 	}
+	var replica *server.Replica
 	if c.httpPort >= 0 {
 		// both probes read atomics only (the store's mirrors, the watchdog's last answer, the
 		// loop's beat): a build holding the store's lock for seconds never delays them. Served
 		// until the process ends: /healthz tells why while a dying replica drains its cycle.
-		replica := &server.Replica{
+		replica = &server.Replica{
 			Failure:  store.Failure,
 			Dead:     watchdog.DeadReason,
 			LastBeat: l.LastBeat,
@@ -246,6 +247,9 @@ func run(c config) error {
 		c.replica, store.Version(), time.Since(began).Seconds())
 	if err := cache.WaitReady(runCtx); err != nil {
 		return stopped(err)
+	}
+	if replica != nil {
+		replica.MarkReady() // the store and the sidecar were ready just now
 	}
 	fmt.Fprintf(os.Stderr, "replica %s: synced at version %d (log end at start %d) in %.1f s\n",
 		c.replica, store.Version(), end, time.Since(began).Seconds())

@@ -198,3 +198,17 @@ func TestReplicaProbesConcurrently(t *testing.T) {
 		t.Errorf("/readyz %d once nothing is left to wait for", status)
 	}
 }
+
+// MarkReady (the replica's own wait for the store and the sidecar ended) makes it ready at once,
+// whatever the last polled reasons still say.
+func TestReplicaMarkReady(t *testing.T) {
+	r := &Replica{NotReady: []func() string{func() string { return "sidecar: waiting for Pod to be SYNCED" }}}
+	h := Handler(r.Probes())
+	if status, _ := get(t, h, "/readyz"); status != 503 {
+		t.Fatalf("/readyz %d before", status)
+	}
+	r.MarkReady()
+	if status, body := get(t, h, "/readyz"); status != 200 {
+		t.Errorf("/readyz %d %q after MarkReady", status, body)
+	}
+}
