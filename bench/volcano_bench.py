@@ -77,7 +77,11 @@ projector does; --no-checkpoint: the sidecar folds the log from its start). Then
 Prints the JSON object (with --json only it, on stdout; the target lines go to stderr) with the
 ratios strata-volcano / vc-scheduler and one PASS/FAIL line per target of issue 47, whose
 reference is vc-scheduler's figure or the target's, never strata-volcano's. Both schedulers see the
-whole shared API server (other runs' pods and PodGroups too), as they would a cluster.
+whole shared API server, as they would a cluster: Volcano schedules every PodGroup whose queue
+exists, so another run's Volcano scheduler (a test's strata-volcano replicas) writes this run's
+PodGroups and events, and each of these two writes theirs. Runs on a quiet API server are the
+clean ones; idle_api_writes_not_this_run (strata-volcano's, from the proxy's paths) says how
+many of its idle writes went elsewhere; vc-scheduler's counter cannot tell.
 """
 
 from __future__ import annotations
@@ -517,7 +521,7 @@ class WriteCounter:
     putting this between it and the API server costs it a local hop on writes and nothing else;
     other users of the shared API server are not counted, as its own /metrics would count them."""
 
-    def __init__(self, api: KubeApi) -> None:
+    def __init__(self, api: KubeApi, run: str) -> None:
         conf = api.client.configuration
         upstream = urlsplit(conf.host)
         ctx = ssl.create_default_context(cafile=conf.ssl_ca_cert)
@@ -539,7 +543,9 @@ class WriteCounter:
                 with lock:
                     counter.counts[self.command] += 1
                     if self.command in WRITE_METHODS:
-                        counter.writes_by_resource[f"{self.command} {_resource(self.path)}"] += 1
+                        own = f"/namespaces/{run}/" in self.path or f"/queues/{run}-" in self.path
+                        key = f"{self.command} {_resource(self.path)}{'' if own else ' (not this run)'}"
+                        counter.writes_by_resource[key] += 1
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
@@ -714,7 +720,7 @@ def _measure(
     started: float,
     cycles: Cycles,
     writes: Callable[[], int],
-    by_resource: Callable[[], dict[str, int]],
+    by_resource: Callable[[], dict[str, int]] | None,  # writes by resource, where the counter knows them
     pids: Callable[[], list[int]],
     alive: Callable[[], bool],
 ) -> dict[str, Any]:
@@ -748,11 +754,11 @@ def _measure(
         if not until(lambda: cycles.count_after(all_bound) >= settle + args.settle_cycles, args.timeout):
             raise SystemExit("no cycles after the pending pods were bound")
         idle_start, writes_before = time.time(), writes()
-        by_resource_before = dict(by_resource())
+        by_resource_before = by_resource() if by_resource else {}
         if not until(lambda: cycles.count_after(idle_start) >= args.idle_cycles, args.timeout):
             raise SystemExit("too few idle cycles")
         idle_end, idle_writes = time.time(), writes() - writes_before
-        idle_by_resource = Counter(by_resource())
+        idle_by_resource = Counter(by_resource() if by_resource else {})
         idle_by_resource.subtract(by_resource_before)
         sample()
         idle = cycles.between(idle_start, idle_end)
@@ -786,6 +792,11 @@ def _measure(
         "idle_api_writes": idle_writes,
         "idle_api_writes_per_cycle": round(idle_writes / len(idle), 2) if idle else None,
         "idle_api_writes_by_resource": {k: v for k, v in idle_by_resource.items() if v},
+        # to objects of other users of the shared API server (Volcano schedules every PodGroup
+        # whose queue exists); None where the counter cannot tell (vc-scheduler's)
+        "idle_api_writes_not_this_run": sum(v for k, v in idle_by_resource.items() if k.endswith("(not this run)"))
+        if by_resource
+        else None,
         "arrivals": args.arrivals,
         "arrivals_created_s": round(arrived - arrival_start, 2),  # the PodGroups, the pods before them
         "arrivals_bound_s": round(arrivals_bound - arrived, 2),
@@ -803,7 +814,7 @@ def _run_strata(api: KubeApi, base: Settings, run: str, conf: Path, args: argpar
     logs = Path(tempfile.mkdtemp(prefix=f"volcano-scale-{run}-strata-"))
     env = env_for(settings, STRATA_DB_URL=f"sqlite:///{logs / 'c.db'}")
     procs: list[subprocess.Popen[bytes]] = []
-    counter = WriteCounter(api)
+    counter = WriteCounter(api, run)
 
     def start(name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         with (logs / f"{name}.log").open("wb") as err:
@@ -905,7 +916,7 @@ def _run_vc(api: KubeApi, base: Settings, run: str, conf: Path, args: argparse.N
         # its client's counter has no resource label: the idle writes by resource stay empty
         cycles = Cycles(_vc_cycles(url))
         alive = lambda: proc.poll() is None  # noqa: E731
-        result = _measure(api, run, args, started, cycles, writes, dict, lambda: [proc.pid], alive)
+        result = _measure(api, run, args, started, cycles, writes, None, lambda: [proc.pid], alive)
         result["api_writes_by_method"] = {
             k.removeprefix("rest:"): int(v) for k, v in _metrics(url).items() if k.startswith("rest:")
         }
