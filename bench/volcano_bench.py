@@ -977,8 +977,13 @@ def scale(api: KubeApi, base: Settings, args: argparse.Namespace) -> dict[str, A
             print(f"{run}: {which}: {json.dumps(out[which])}", file=sys.stderr)
     finally:
         api.call("DELETE", f"/api/v1/namespaces/{run}/pods", gracePeriodSeconds=0)
+        api.call("DELETE", f"/api/v1/namespaces/{run}/events")  # the schedulers'
         _teardown(api, run, [])
         api.call("DELETE", f"{VOLCANO}/queues/{run}-default")
+        # no namespace controller runs here: empty, the namespace is finalized by hand
+        ns = api.call("GET", f"/api/v1/namespaces/{run}").body
+        if ns and not api.request("GET", f"/api/v1/namespaces/{run}/pods", limit=1)["items"]:
+            api.call("PUT", f"/api/v1/namespaces/{run}/finalize", {**ns, "spec": {"finalizers": []}})
         _pool(lambda name: api.call("DELETE", f"/api/v1/nodes/{name}"), nodes)  # those never made: 404
     s, v = out["strata_volcano"], out["vc_scheduler"]
     for key in ("cycle_idle_p50_s", "cycle_idle_p99_s", "cycle_after_arrivals_s", "rss_peak_mb", "idle_api_writes"):
