@@ -134,7 +134,21 @@ func (w *Writer) Append(ctx context.Context, values [][]byte) ([]int64, error) {
 	return offsets, firstErr
 }
 
-// Close flushes nothing (Append waits) and ends the connections.
+// AppendAsync appends value after every value appended before (one partition, an idempotent
+// producer: the log keeps the order) without waiting, and calls done from franz-go's callback
+// once the broker answered.
+func (w *Writer) AppendAsync(ctx context.Context, value []byte, done func(offset int64, err error)) {
+	w.client.Produce(ctx, &kgo.Record{Value: value, Partition: 0}, func(r *kgo.Record, err error) {
+		if err != nil {
+			done(NotAppended, fmt.Errorf("appending to %s: %w", w.topic, err))
+			return
+		}
+		done(r.Offset, nil)
+	})
+}
+
+// Close ends the connections: an AppendAsync still in flight is abandoned (Flush waits for
+// every one of its session's).
 func (w *Writer) Close() { w.client.Close() }
 
 // EndOffset is the log's end now, after checking that it has exactly one partition.

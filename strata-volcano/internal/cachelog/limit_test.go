@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The writer's record limit is the cache log's, as Strata's Python side sets it
@@ -34,5 +36,18 @@ func TestMaxRecordBytesIsTheCacheLogs(t *testing.T) {
 	}
 	if franzDefault := 1_000_012; python <= franzDefault {
 		t.Errorf("the cache log's limit %d is no more than franz-go's default %d: the check says nothing", python, franzDefault)
+	}
+	// and the writer is configured with it (a client connects only when used)
+	conn, err := SecurityFromEnv(func(string) string { return "" }).Conn("127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWriter(conn, Topic("strata."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if got := w.client.OptValue(kgo.ProducerBatchMaxBytes); got != int32(MaxRecordBytes) {
+		t.Errorf("the writer's batch limit is %v, want %d", got, MaxRecordBytes)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -80,9 +81,16 @@ type Config struct {
 	VerdictWithin time.Duration // how long to wait for the fold's verdict on a record
 }
 
+// group is one BIND_GROUP: the binds of one job's commit (and of the commits right after it,
+// while no other job's bind came between).
 type group struct {
 	job   api.JobID
 	tasks []*api.TaskInfo
+	// a primary group is published as soon as the next job's bind seals it, while the actions
+	// go on; done closes when the log answered, with offset (or NotAppended) and err
+	done   chan struct{}
+	offset int64
+	err    error
 }
 
 // Verdicts of one Flush.
@@ -97,6 +105,9 @@ type Verdicts struct {
 // cachelog.NotAppended where the log did not take it.
 type Appender interface {
 	Append(ctx context.Context, values [][]byte) ([]int64, error)
+	// AppendAsync appends one value after every value given before, and calls done with its
+	// offset (or NotAppended and the error) once the log answered.
+	AppendAsync(ctx context.Context, value []byte, done func(offset int64, err error))
 }
 
 // Fold is what the sidecar's fold answers (sidecar.Client).
@@ -125,8 +136,11 @@ type Cache struct {
 	recorder record.EventRecorder
 
 	mu         sync.Mutex
-	groups     []*group
-	byJob      map[api.JobID]*group
+	open       *group               // the group binds are added to
+	groups     []*group             // sealed primary groups, in the order they were published
+	sealed     map[api.JobID]*group // each job's primary group
+	extras     []*group             // later commits of a job already sealed: held for its verdict
+	extraOf    map[api.JobID]*group
 	rejected   map[api.JobID]string // this session's rejected groups, by job
 	minVersion int64                // past this replica's own records: the next snapshot sees them
 	lastStats  clusterinfo.Stats
@@ -178,7 +192,7 @@ func New(cfg Config, store *objects.Store, side Fold, writer Appender,
 	return &Cache{
 		cfg: cfg, store: store, builder: builder, side: side, writer: writer, catalog: catalog,
 		kube: kube, vc: vc, rest: restConfig, factory: factory, recorder: recorder,
-		byJob: map[api.JobID]*group{}, rejected: map[api.JobID]string{},
+		sealed: map[api.JobID]*group{}, extraOf: map[api.JobID]*group{}, rejected: map[api.JobID]string{},
 	}, nil
 }
 
@@ -377,33 +391,81 @@ func (c *Cache) snapshot(ctx context.Context, unlessUnchanged bool) (*api.Cluste
 func (c *Cache) BeginSession() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.groups, c.byJob, c.rejected, c.acts = nil, map[api.JobID]*group{}, map[api.JobID]string{}, 0
+	c.open, c.groups, c.extras, c.rejected, c.acts = nil, nil, nil, map[api.JobID]string{}, 0
+	c.sealed, c.extraOf = map[api.JobID]*group{}, map[api.JobID]*group{}
 }
 
-// AddBindTask buffers the bind; Flush publishes the job's binds as one BIND_GROUP.
+// AddBindTask adds the bind to its job's group. A bind of another job seals the group before
+// and publishes it at once, while the actions go on (Volcano commits a job's binds together),
+// so the binder starts on the first gang while the session places the rest. A bind of a job
+// whose group is already sealed goes into a group held until Flush, published only if the
+// job's first group is admitted: on its own it could place a gang below its minMember.
 func (c *Cache) AddBindTask(task *api.TaskInfo) error {
 	if task.NodeName == "" {
 		return fmt.Errorf("task %s/%s has no node to bind to", task.Namespace, task.Name)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	g := c.byJob[task.Job]
-	if g == nil {
-		g = &group{job: task.Job}
-		c.byJob[task.Job] = g
-		c.groups = append(c.groups, g)
+	if c.open != nil && c.open.job != task.Job {
+		c.sealLocked()
 	}
-	g.tasks = append(g.tasks, task)
+	if c.open == nil {
+		if _, sealed := c.sealed[task.Job]; sealed {
+			e := c.extraOf[task.Job]
+			if e == nil {
+				e = &group{job: task.Job}
+				c.extraOf[task.Job] = e
+				c.extras = append(c.extras, e)
+			}
+			e.tasks = append(e.tasks, task)
+			return nil
+		}
+		c.open = &group{job: task.Job}
+	}
+	c.open.tasks = append(c.open.tasks, task)
 	return nil
 }
 
-// Flush publishes the session's buffered binds, one BIND_GROUP per job in the order the jobs
-// were first dispatched, waits for the fold's verdicts and takes every rejected group back out
-// of the session. Call it after the actions, before framework.CloseSession.
+// sealLocked publishes the open group without waiting for the log (lock held).
+func (c *Cache) sealLocked() {
+	g := c.open
+	c.open = nil
+	c.sealed[g.job] = g
+	c.groups = append(c.groups, g)
+	g.done = make(chan struct{})
+	value, err := c.encode(g)
+	if err != nil {
+		g.offset, g.err = cachelog.NotAppended, err
+		close(g.done)
+		return
+	}
+	c.writer.AppendAsync(c.cfg.Context, value, func(offset int64, err error) {
+		g.offset, g.err = offset, err
+		close(g.done)
+	})
+}
+
+func (c *Cache) encode(g *group) ([]byte, error) {
+	replica := c.cfg.Replica
+	rec := avrolog.BindGroup{Replica: &replica}
+	for _, t := range g.tasks {
+		rec.Binds = append(rec.Binds, avrolog.GroupBind{Pod: string(t.UID), Node: t.NodeName, Extensions: map[string]string{}})
+	}
+	return c.catalog.Encode("strata.log.BindGroup", rec)
+}
+
+// Flush seals the last group, waits for the log to have answered every group published
+// during the actions, asks the fold's verdict on each and takes every group the log did not
+// take, or the fold rejected, back out of the session; then the same for the held groups of
+// jobs whose first group was admitted (the others are taken back unpublished). Call it after
+// the actions, before framework.CloseSession.
 func (c *Cache) Flush(ctx context.Context, ssn *framework.Session) (Verdicts, error) {
 	c.mu.Lock()
-	groups := c.groups
-	c.groups, c.byJob = nil, map[api.JobID]*group{}
+	if c.open != nil {
+		c.sealLocked()
+	}
+	groups, extras := c.groups, c.extras
+	c.groups, c.extras, c.sealed, c.extraOf = nil, nil, map[api.JobID]*group{}, map[api.JobID]*group{}
 	c.mu.Unlock()
 	v := Verdicts{Reasons: map[string]int{}}
 	if len(groups) == 0 {
@@ -412,38 +474,67 @@ func (c *Cache) Flush(ctx context.Context, ssn *framework.Session) (Verdicts, er
 	c.acted()
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.VerdictWithin)
 	defer cancel()
-	replica := c.cfg.Replica
-	values := make([][]byte, len(groups))
+	offsets := make([]int64, len(groups))
+	var appendErr error
 	for i, g := range groups {
-		rec := avrolog.BindGroup{Replica: &replica}
-		for _, t := range g.tasks {
-			rec.Binds = append(rec.Binds, avrolog.GroupBind{Pod: string(t.UID), Node: t.NodeName, Extensions: map[string]string{}})
+		select {
+		case <-g.done:
+			offsets[i] = g.offset
+			if g.err != nil {
+				offsets[i] = cachelog.NotAppended
+				appendErr = errors.Join(appendErr, g.err)
+			}
+		case <-ctx.Done():
+			offsets[i] = cachelog.NotAppended // its verdict, if it reaches the log, is the next snapshot's
+			appendErr = errors.Join(appendErr, fmt.Errorf("the log did not answer the BIND_GROUP of %s: %w", g.job, ctx.Err()))
 		}
-		value, err := c.catalog.Encode("strata.log.BindGroup", rec)
-		if err != nil {
-			c.takeBack(ssn, groups, "not published")
-			return v, err
+	}
+	admitted, err := c.judge(ctx, ssn, groups, offsets, &v)
+	appendErr = errors.Join(appendErr, err)
+	if len(extras) == 0 {
+		return v, appendErr
+	}
+	var follow []*group
+	for _, e := range extras {
+		if admitted[e.job] {
+			follow = append(follow, e)
+			continue
 		}
-		values[i] = value
+		c.takeBack(ssn, []*group{e}, "its job's first group was not admitted")
 	}
-	offsets, appendErr := c.writer.Append(ctx, values)
-	if appendErr != nil {
-		klog.Errorf("publishing BIND_GROUPs: %v", appendErr)
+	if len(follow) == 0 {
+		return v, appendErr
 	}
-	// a group the log did not take is taken back; the others are in the log, and their
-	// verdicts are the fold's whatever became of their neighbours
+	values := make([][]byte, len(follow))
+	for i, g := range follow {
+		if values[i], err = c.encode(g); err != nil {
+			c.takeBack(ssn, follow, "not published")
+			return v, errors.Join(appendErr, err)
+		}
+	}
+	offsets, err = c.writer.Append(ctx, values)
+	_, judged := c.judge(ctx, ssn, follow, offsets, &v)
+	return v, errors.Join(appendErr, err, judged)
+}
+
+// judge takes back each group the log did not take (offset NotAppended), asks the fold's
+// verdicts on the others, counts them into v and takes back the rejected; it says which jobs
+// had a group admitted.
+func (c *Cache) judge(ctx context.Context, ssn *framework.Session, groups []*group, offsets []int64,
+	v *Verdicts) (map[api.JobID]bool, error) {
+	admitted := map[api.JobID]bool{}
 	var published []int64
 	for i, g := range groups {
 		if offsets[i] == cachelog.NotAppended {
 			c.takeBack(ssn, []*group{g}, "not published")
 			groupsPublished.WithLabelValues("not_published").Inc()
+			v.Unpublished++
 			continue
 		}
 		published = append(published, offsets[i])
 	}
-	v.Unpublished = len(groups) - len(published)
 	if len(published) == 0 {
-		return v, appendErr
+		return admitted, nil
 	}
 	outcomes, err := c.side.Outcomes(ctx, published)
 	if err != nil {
@@ -452,18 +543,19 @@ func (c *Cache) Flush(ctx context.Context, ssn *framework.Session) (Verdicts, er
 				c.takeBack(ssn, []*group{g}, "no verdict")
 			}
 		}
-		return v, errors.Join(appendErr, fmt.Errorf("the fold's verdicts on offsets %v: %w", published, err))
+		return admitted, fmt.Errorf("the fold's verdicts on offsets %v: %w", published, err)
 	}
 	c.mu.Lock()
-	c.minVersion = max(c.minVersion, published[len(published)-1]+1)
+	c.minVersion = max(c.minVersion, slices.Max(published)+1)
 	c.mu.Unlock()
-	v.Groups = len(published)
+	v.Groups += len(published)
 	for i, g := range groups {
 		if offsets[i] == cachelog.NotAppended {
 			continue
 		}
 		o := outcomes[offsets[i]]
 		if o.Result == "applied" {
+			admitted[g.job] = true
 			v.Admitted++
 			v.Binds += len(g.tasks)
 			groupsPublished.WithLabelValues("admitted").Inc()
@@ -477,7 +569,7 @@ func (c *Cache) Flush(ctx context.Context, ssn *framework.Session) (Verdicts, er
 		klog.V(2).Infof("BIND_GROUP of %s at offset %d %s: %s", g.job, offsets[i], o.Result, o.Reason)
 		c.takeBack(ssn, []*group{g}, o.Result+": "+o.Reason)
 	}
-	return v, appendErr
+	return admitted, nil
 }
 
 // takeBack returns a group's tasks to Pending in the session, off their nodes, so that the

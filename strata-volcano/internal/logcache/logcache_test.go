@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/hamba/avro/v2"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,38 +131,53 @@ func TestQueueStatusPatch(t *testing.T) {
 
 // ------------------------------------------------------------------ flush
 
-// appender takes the values it is given; refuse says which (by index) the broker refused.
+// appender is the log as the writer sees it: each value appended in turn gets the next offset,
+// but those refuse names (by the order of the calls) are refused; asynchronous appends answer
+// from another goroutine, as franz-go's callbacks do.
 type appender struct {
-	next    int64
-	refuse  map[int]bool
-	whole   bool // the old Append: any refusal loses every offset of the call
-	batches [][][]byte
+	mu     sync.Mutex
+	next   int64
+	calls  int
+	refuse map[int]bool
+	values [][]byte // every value the log took, in order
+	sync   int      // values given to Append (the held groups), not AppendAsync
+}
+
+func (a *appender) take(value []byte) (int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := a.calls
+	a.calls++
+	if a.refuse[i] {
+		return cachelog.NotAppended, errors.New("MESSAGE_TOO_LARGE")
+	}
+	a.values = append(a.values, value)
+	a.next++
+	return a.next - 1, nil
 }
 
 func (a *appender) Append(ctx context.Context, values [][]byte) ([]int64, error) {
-	a.batches = append(a.batches, values)
 	offsets := make([]int64, len(values))
-	var err error
-	for i := range values {
-		if a.refuse[i] {
-			offsets[i], err = cachelog.NotAppended, errors.Join(err, errors.New("MESSAGE_TOO_LARGE"))
-			continue
-		}
-		offsets[i] = a.next
-		a.next++
+	var errs error
+	for i, v := range values {
+		var err error
+		offsets[i], err = a.take(v)
+		errs = errors.Join(errs, err)
 	}
-	if err != nil && a.whole {
-		for i := range offsets {
-			offsets[i] = cachelog.NotAppended
-		}
-	}
-	return offsets, err
+	a.mu.Lock()
+	a.sync += len(values)
+	a.mu.Unlock()
+	return offsets, errs
+}
+
+func (a *appender) AppendAsync(ctx context.Context, value []byte, done func(int64, error)) {
+	offset, err := a.take(value)
+	go done(offset, err)
 }
 
 // fold answers a verdict for each offset: rejected where reject says so, else applied.
 type fold struct {
 	reject map[int64]bool
-	asked  []int64
 }
 
 func (f *fold) State(ctx context.Context, minVersion int64) (sidecar.State, error) {
@@ -168,7 +187,6 @@ func (f *fold) State(ctx context.Context, minVersion int64) (sidecar.State, erro
 func (f *fold) Outcomes(ctx context.Context, offsets []int64) (map[int64]sidecar.Outcome, error) {
 	out := map[int64]sidecar.Outcome{}
 	for _, o := range offsets {
-		f.asked = append(f.asked, o)
 		if f.reject[o] {
 			out[o] = sidecar.Outcome{Result: "rejected", Reason: "node over its allocatable"}
 		} else {
@@ -178,22 +196,28 @@ func (f *fold) Outcomes(ctx context.Context, offsets []int64) (map[int64]sidecar
 	return out, nil
 }
 
-// session is a Volcano session of two one-task jobs allocated by Volcano's own Statement, as
-// the allocate action leaves it, with their binds buffered in the cache.
-func session(t *testing.T, c *Cache) *framework.Session {
+// session is a Volcano session of one-cpu tasks allocated onto node n1 the way Statement.Allocate
+// leaves them (Binding in the job, on the node), and their binds given to the cache in the
+// order of binds (task names such as "a0": job "a"), as the actions' commits give them.
+func session(t *testing.T, c *Cache, binds ...string) *framework.Session {
 	t.Helper()
-	res := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourcePods: resource.MustParse("10")}
+	res := v1.ResourceList{v1.ResourceCPU: resource.MustParse("16"), v1.ResourcePods: resource.MustParse("100")}
 	node := api.NewNodeInfo(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
 		Status: v1.NodeStatus{Allocatable: res, Capacity: res}})
 	ssn := &framework.Session{Jobs: map[api.JobID]*api.JobInfo{}, Nodes: map[string]*api.NodeInfo{"n1": node}}
-	for _, name := range []string{"a", "b"} {
-		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "0", UID: k8stypes.UID("u" + name),
-			Annotations: map[string]string{"scheduling.k8s.io/group-name": name}},
+	for _, name := range binds {
+		group := name[:1]
+		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: k8stypes.UID("u" + name),
+			Annotations: map[string]string{"scheduling.k8s.io/group-name": group}},
 			Spec: v1.PodSpec{Containers: []v1.Container{{Resources: v1.ResourceRequirements{
 				Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}}}}}}
 		task := api.NewTaskInfo(pod)
-		job := api.NewJobInfo(task.Job, task)
-		ssn.Jobs[job.UID] = job
+		job := ssn.Jobs[task.Job]
+		if job == nil {
+			job = api.NewJobInfo(task.Job)
+			ssn.Jobs[task.Job] = job
+		}
+		job.AddTaskInfo(task)
 		if err := job.UpdateTaskStatus(task, api.Binding); err != nil {
 			t.Fatal(err)
 		}
@@ -222,75 +246,104 @@ func newCache(t *testing.T, w Appender, f Fold) *Cache {
 	return c
 }
 
-// placed says, per job, whether its task is still placed in the session (Binding on n1).
-func placed(ssn *framework.Session) map[string]bool {
-	out := map[string]bool{}
-	for id, job := range ssn.Jobs {
-		out[string(id)] = len(job.TaskStatusIndex[api.Binding]) == 1 && len(ssn.Nodes["n1"].Tasks) > 0 &&
-			ssn.Nodes["n1"].Tasks[api.TaskID("ns/"+job.Tasks[firstTask(job)].Name)] != nil
+// placed lists the tasks still placed in the session (Binding in their job and on n1).
+func placed(ssn *framework.Session) []string {
+	var out []string
+	for _, job := range ssn.Jobs {
+		for _, task := range job.TaskStatusIndex[api.Binding] {
+			if ssn.Nodes["n1"].Tasks[api.TaskID("ns/"+task.Name)] != nil {
+				out = append(out, task.Name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// groupsIn decodes the BIND_GROUPs the log took: each as its pods' names, in log order.
+func groupsIn(t *testing.T, c *Cache, values [][]byte) []string {
+	t.Helper()
+	var out []string
+	for _, value := range values {
+		rec, err := c.catalog.Decode(value) // the header and the schema it names; a BIND_GROUP's body is ours to read
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bg avrolog.BindGroup
+		if err := avro.Unmarshal(rec.Schema.Schema, value[avrolog.HeaderSize:], &bg); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, b := range bg.Binds {
+			names = append(names, strings.TrimPrefix(b.Pod, "u"))
+		}
+		out = append(out, strings.Join(names, "+"))
 	}
 	return out
 }
 
-func firstTask(job *api.JobInfo) api.TaskID {
-	for uid := range job.Tasks {
-		return uid
-	}
-	return ""
-}
-
-// One BIND_GROUP per job in the log; a group the log refused, or whose verdict is a
-// rejection, is taken back out of the session; a group the log admitted stays, whatever
-// became of its neighbour. The last row is the old Append (an error loses every offset): the
-// same check reports the admitted group taken back.
+// One BIND_GROUP per job's commit, published while the actions go on, in their order; a group
+// the broker refused, or the fold rejected, is taken back out of the session; a group the log
+// admitted stays, whatever became of its neighbour; a later commit of a job already published
+// waits for that job's verdict (published if admitted, else taken back unpublished).
 func TestFlushTakesBackOnlyWhatTheLogDidNotAdmit(t *testing.T) {
 	tests := []struct {
 		name       string
-		refuse     map[int]bool
-		whole      bool
-		reject     map[int64]bool
-		wantPlaced map[string]bool
+		binds      []string
+		refuse     map[int]bool   // appends the broker refuses, by call
+		reject     map[int64]bool // offsets the fold rejects
+		wantLog    []string       // the groups the log took
+		wantPlaced []string
 		wantErr    bool
-		wantBroken bool // the check must report this row (a breakage)
+		want       Verdicts
 	}{
-		{"both admitted", nil, false, nil, map[string]bool{"ns/a": true, "ns/b": true}, false, false},
-		{"b rejected by the fold", nil, false, map[int64]bool{1: true}, map[string]bool{"ns/a": true, "ns/b": false}, false, false},
-		{"b refused by the broker", map[int]bool{1: true}, false, nil, map[string]bool{"ns/a": true, "ns/b": false}, true, false},
-		{"the old Append: one refusal loses a's offset too", map[int]bool{1: true}, true, nil,
-			map[string]bool{"ns/a": true, "ns/b": false}, true, true},
+		{"both admitted", []string{"a0", "a1", "b0"}, nil, nil, []string{"a0+a1", "b0"},
+			[]string{"a0", "a1", "b0"}, false, Verdicts{Groups: 2, Admitted: 2, Binds: 3}},
+		{"b rejected by the fold", []string{"a0", "b0"}, nil, map[int64]bool{1: true}, []string{"a0", "b0"},
+			[]string{"a0"}, false, Verdicts{Groups: 2, Admitted: 1, Rejected: 1, Binds: 1}},
+		{"b refused by the broker, a kept", []string{"a0", "b0"}, map[int]bool{1: true}, nil, []string{"a0"},
+			[]string{"a0"}, true, Verdicts{Groups: 1, Admitted: 1, Unpublished: 1, Binds: 1}},
+		{"a refused by the broker, b kept", []string{"a0", "b0"}, map[int]bool{0: true}, nil, []string{"b0"},
+			[]string{"b0"}, true, Verdicts{Groups: 1, Admitted: 1, Unpublished: 1, Binds: 1}},
+		{"a later commit of a is held, then published after a's admission", []string{"a0", "b0", "a1"}, nil, nil,
+			[]string{"a0", "b0", "a1"}, []string{"a0", "a1", "b0"}, false, Verdicts{Groups: 3, Admitted: 3, Binds: 3}},
+		{"a later commit of a rejected job is never published", []string{"a0", "b0", "a1"}, nil, map[int64]bool{0: true},
+			[]string{"a0", "b0"}, []string{"b0"}, false, Verdicts{Groups: 2, Admitted: 1, Rejected: 1, Binds: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w, f := &appender{refuse: tt.refuse, whole: tt.whole}, &fold{reject: tt.reject}
-			c := newCache(t, w, f)
-			ssn := session(t, c)
+			w := &appender{refuse: tt.refuse}
+			c := newCache(t, w, &fold{reject: tt.reject})
+			ssn := session(t, c, tt.binds...)
 			v, err := c.Flush(context.Background(), ssn)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("error %v, want one: %v", err, tt.wantErr)
 			}
-			if len(w.batches) != 1 || len(w.batches[0]) != 2 {
-				t.Fatalf("appended %d batches; want one of two BIND_GROUPs", len(w.batches))
+			if got := groupsIn(t, c, w.values); !slices.Equal(got, tt.wantLog) {
+				t.Errorf("the log took %v, want %v", got, tt.wantLog)
 			}
-			got := placed(ssn)
-			broken := !mapsEqual(got, tt.wantPlaced)
-			if broken != tt.wantBroken {
-				t.Errorf("placed %v, want %v (verdicts %+v)", got, tt.wantPlaced, v)
+			if got := placed(ssn); !slices.Equal(got, tt.wantPlaced) {
+				t.Errorf("placed %v, want %v", got, tt.wantPlaced)
 			}
-			if !tt.wantBroken && v.Admitted+v.Rejected+v.Unpublished != 2 {
-				t.Errorf("verdicts %+v do not count two groups", v)
+			v.Reasons = nil
+			if !reflect.DeepEqual(v, tt.want) {
+				t.Errorf("verdicts %+v, want %+v", v, tt.want)
 			}
 		})
 	}
 }
 
-func mapsEqual(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
+// A group is in the log before the actions end: the binder starts on the first gang while the
+// session places the rest.
+func TestAGroupIsPublishedWhenTheNextJobsBindComes(t *testing.T) {
+	w := &appender{}
+	c := newCache(t, w, &fold{})
+	session(t, c, "a0", "a1")
+	if len(w.values) != 0 {
+		t.Fatalf("a's group was published before a bind of another job sealed it")
 	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
+	session(t, c, "b0")
+	if got := groupsIn(t, c, w.values); !slices.Equal(got, []string{"a0+a1"}) {
+		t.Fatalf("after b's first bind the log has %v, want a's group", got)
 	}
-	return true
 }

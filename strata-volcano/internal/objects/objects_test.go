@@ -165,3 +165,53 @@ func TestRead(t *testing.T) {
 		t.Fatalf("a version never reached: %v, want the deadline", err)
 	}
 }
+
+// A read's view names the keys stored or deleted since the last read that returned, by kind;
+// a read whose function fails leaves them for the next.
+func TestDirty(t *testing.T) {
+	s := New(nil, 0)
+	apply := func(recs ...avrolog.Record) {
+		for _, r := range recs {
+			if err := s.applyAt(s.Version(), r, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dirty := func(fail bool) map[Kind][]string {
+		out := map[Kind][]string{}
+		err := s.Read(context.Background(), s.Version(), func(v View) error {
+			for k, keys := range v.Dirty {
+				for key := range keys {
+					out[k] = append(out[k], key)
+				}
+			}
+			if fail {
+				return errors.New("the build failed")
+			}
+			return nil
+		})
+		if (err != nil) != fail {
+			t.Fatal(err)
+		}
+		return out
+	}
+	apply(watch("ADDED", "v1", "Node", "", "n1", "1", `{}`), watch("ADDED", "v1", "Pod", "ns", "p", "2", `{}`),
+		synced("Pod"))
+	if got := dirty(true); len(got[Node]) != 1 || len(got[Pod]) != 1 {
+		t.Fatalf("dirty after two objects stored: %v", got)
+	}
+	if got := dirty(false); len(got[Node]) != 1 || len(got[Pod]) != 1 {
+		t.Fatalf("a failed read consumed the dirty keys: %v", got)
+	}
+	if got := dirty(false); len(got[Node])+len(got[Pod]) != 0 {
+		t.Fatalf("dirty keys left after a read: %v", got)
+	}
+	apply(watch("MODIFIED", "v1", "Pod", "ns", "p", "2", `{}`)) // repeats the stored resourceVersion
+	if got := dirty(false); len(got[Pod]) != 0 {
+		t.Fatalf("an update that changed nothing made %v dirty", got)
+	}
+	apply(watch("DELETED", "v1", "Node", "", "n1", "3", `{}`))
+	if got := dirty(false); len(got[Node]) != 1 || got[Node][0] != "n1" {
+		t.Fatalf("a delete is a change: %v", got)
+	}
+}
