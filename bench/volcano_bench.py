@@ -637,8 +637,10 @@ def _resource(path: str) -> str:
 
 
 def _strata_cycles(log: Path) -> Callable[[], list[tuple[float, int | None]]]:
-    """strata-volcano's `-v=1` lines: 'cycle at version N: X ms (...); K BIND_GROUPs, ...'."""
-    pattern = re.compile(rb"cycle at version \d+: (\d+) ms .*; (\d+) BIND_GROUPs")
+    """strata-volcano's `-v=1` lines: 'cycle at version N: X ms (...); K BIND_GROUPs, ...', and the
+    cycles whose session would have repeated the last one ('...: left out', no BIND_GROUP): a
+    cycle of the loop all the same, every --schedule-period, and what an idle cycle costs."""
+    pattern = re.compile(rb"cycle at version \d+: (\d+) ms (?:.*; (\d+) BIND_GROUPs|.*: left out)")
     offset = 0
 
     def read() -> list[tuple[float, int | None]]:
@@ -648,7 +650,7 @@ def _strata_cycles(log: Path) -> Callable[[], list[tuple[float, int | None]]]:
             data = f.read()
         whole = data.rfind(b"\n") + 1
         offset += whole
-        return [(int(m.group(1)) / 1000, int(m.group(2))) for m in pattern.finditer(data[:whole])]
+        return [(int(m.group(1)) / 1000, int(m.group(2) or 0)) for m in pattern.finditer(data[:whole])]
 
     return read
 
