@@ -246,14 +246,6 @@ func (c *Cache) sidecarReason(ctx context.Context, minVersion int64, within time
 	return ""
 }
 
-// NotReadyReason is "" when a session may be opened: the store and the sidecar are ready.
-func (c *Cache) NotReadyReason(ctx context.Context) string {
-	if r := c.store.NotReadyReason(); r != "" {
-		return r
-	}
-	return c.sidecarReason(ctx, 0, 2*time.Second)
-}
-
 // SnapshotReport is what the last Snapshot did.
 type SnapshotReport struct {
 	Version int64
