@@ -10,10 +10,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -186,11 +183,8 @@ func decode[T any](e *objects.Entry, into *T) error {
 // refresh brings the caches of one kind up to the view: decode what changed, forget what went.
 // With the store's dirty keys (dirty != nil) only those are looked at. It calls changed with
 // each key whose cache entry was replaced or removed, before the change (old may be nil).
-// Many objects to decode (a replica's first build) are decoded on every core; build must then
-// be safe to call concurrently (it reads the builder's settings only).
 func refresh[C any](b *Builder, stored map[string]*objects.Entry, dirty map[string]bool, caches map[string]*C,
 	entryOf func(*C) *objects.Entry, build func(*objects.Entry) (*C, error), changed func(key string, old *C), st *Stats) {
-	var work []string // keys whose stored entry must be decoded
 	look := func(key string) {
 		e, ok := stored[key]
 		c, cached := caches[key]
@@ -208,36 +202,15 @@ func refresh[C any](b *Builder, stored map[string]*objects.Entry, dirty map[stri
 			st.Undecoded++
 			return
 		}
-		work = append(work, key)
-	}
-	if dirty != nil {
-		for key := range dirty {
-			look(key)
-		}
-	} else {
-		for key := range caches {
-			if _, ok := stored[key]; !ok {
-				look(key)
-			}
-		}
-		for key := range stored {
-			look(key)
-		}
-	}
-	fresh := make([]*C, len(work))
-	errs := make([]error, len(work))
-	each(len(work), func(i int) { fresh[i], errs[i] = build(stored[work[i]]) })
-	for i, key := range work {
-		e := stored[key]
-		c, cached := caches[key]
-		if errs[i] != nil {
+		fresh, err := build(e)
+		if err != nil {
 			b.bad[e] = true
 			if cached {
 				changed(key, c)
 				delete(caches, key)
 			}
 			st.Undecoded++
-			continue
+			return
 		}
 		e.Raw = nil // decoded for good: the cache keeps the object, keyed by its entry
 		st.Decoded++
@@ -246,34 +219,22 @@ func refresh[C any](b *Builder, stored map[string]*objects.Entry, dirty map[stri
 		} else {
 			changed(key, nil)
 		}
-		caches[key] = fresh[i]
+		caches[key] = fresh
 	}
-}
-
-// parallelFrom is how many objects make a decode worth spreading over the cores.
-var parallelFrom = 512
-
-// each calls f(0) .. f(n-1), on every core when n is large.
-func each(n int, f func(i int)) {
-	workers := runtime.GOMAXPROCS(0)
-	if n < parallelFrom || workers < 2 {
-		for i := range n {
-			f(i)
+	if dirty != nil {
+		for key := range dirty {
+			look(key)
 		}
 		return
 	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				f(i)
-			}
-		}()
+	for key := range caches {
+		if _, ok := stored[key]; !ok {
+			look(key)
+		}
 	}
-	wg.Wait()
+	for key := range stored {
+		look(key)
+	}
 }
 
 func (b *Builder) refreshAll(v objects.View, st *Stats) {

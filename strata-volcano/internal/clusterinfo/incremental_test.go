@@ -337,39 +337,3 @@ func TestUnchanged(t *testing.T) {
 		}
 	}
 }
-
-// Decoded on every core (a first build of many objects), the ClusterInfo is the one decoded on
-// one, bad objects included; under -race this is also the check that the decoders share nothing.
-func TestADecodeOnEveryCoreEqualsOneOnOne(t *testing.T) {
-	w := newWorld()
-	w.set(objects.Queue, "q", queue("q", 1))
-	for i := range 40 {
-		n := fmt.Sprintf("n%d", i)
-		w.set(objects.Node, n, node(n, "64", true, nil))
-	}
-	for i := range 1500 {
-		g, p, n := fmt.Sprintf("g%d", i/5), fmt.Sprintf("p%d", i), ""
-		if i%3 == 0 {
-			n = fmt.Sprintf("n%d", i%40)
-		}
-		w.set(objects.PodGroup, "ns/"+g, podGroup("ns", g, "q", 5))
-		w.set(objects.Pod, "ns/"+p, pod("ns", p, "u"+p, g, "volcano", n, map[bool]string{true: "Running", false: "Pending"}[n != ""], "100m"))
-	}
-	build := func(from int) (string, Stats) {
-		saved := parallelFrom
-		parallelFrom = from
-		defer func() { parallelFrom = saved }()
-		v := w.fresh(t)
-		v.Objects[objects.Pod]["ns/bad"] = &objects.Entry{Raw: []byte(`{"spec": 7}`)}
-		ci, st := NewBuilder(Config{SchedulerNames: []string{"volcano"}, DefaultQueue: "default"}).Build(v, nil)
-		return render(ci), st
-	}
-	one, st1 := build(1 << 30)
-	every, st2 := build(2)
-	if one != every {
-		t.Fatalf("decoded on every core, the ClusterInfo differs:\n%s", diff(every, one))
-	}
-	if st1.Decoded != st2.Decoded || st1.Undecoded != 1 || st2.Undecoded != 1 || st2.Tasks != 1500 {
-		t.Errorf("stats on one core %+v, on every core %+v", st1, st2)
-	}
-}
