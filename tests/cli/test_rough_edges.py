@@ -110,8 +110,9 @@ def test_an_unreachable_broker_is_no_missing_topic(kafka: Settings):
     started = time.monotonic()
     writer.append(Synced("Node"))
     assert time.monotonic() - started < METADATA_TIMEOUT_S + 2
-    # librdkafka's queue counts its requests in flight to the broker beside the one message (a CI
-    # run saw 3): the count says "not delivered", not how many were appended
+    # the count is librdkafka's out queue, which holds its unserved events (the refused
+    # connections' errors) beside the one message (a CI run saw 3): it says "not delivered", not
+    # how many were appended
     with pytest.raises(DeliveryError, match=r"[1-9]\d* message\(s\) still undelivered after 1 s"):
         writer.flush(timeout_s=1.0)
 
