@@ -279,6 +279,19 @@ func TestUnchanged(t *testing.T) {
 		s.read()
 		return ci, st
 	}
+	// allocate does what Statement.Allocate does to the task's job and node
+	allocate := func(ci *api.ClusterInfo) (*api.JobInfo, *api.NodeInfo, *api.TaskInfo) {
+		job, n := ci.Jobs["ns/g"], ci.Nodes["n1"]
+		task := job.Tasks["up"]
+		if err := job.UpdateTaskStatus(task, api.Allocated); err != nil {
+			t.Fatal(err)
+		}
+		task.NodeName = "n1"
+		if err := n.AddTask(task); err != nil {
+			t.Fatal(err)
+		}
+		return job, n, task
+	}
 	steps := []struct {
 		name   string
 		change func(ci *api.ClusterInfo)
@@ -290,15 +303,7 @@ func TestUnchanged(t *testing.T) {
 			ci.Jobs["ns/g"].PodGroup.Status.Phase = "Running" // a new PodGroup is handed out every build
 		}, true},
 		{"a session allocated the task and took it back (Statement.Discard)", func(ci *api.ClusterInfo) {
-			job, n := ci.Jobs["ns/g"], ci.Nodes["n1"]
-			task := job.Tasks["up"]
-			if err := job.UpdateTaskStatus(task, api.Allocated); err != nil {
-				t.Fatal(err)
-			}
-			task.NodeName = "n1"
-			if err := n.AddTask(task); err != nil {
-				t.Fatal(err)
-			}
+			job, n, task := allocate(ci)
 			if err := job.UpdateTaskStatus(task, api.Pending); err != nil {
 				t.Fatal(err)
 			}
@@ -307,17 +312,7 @@ func TestUnchanged(t *testing.T) {
 			}
 			task.NodeName = ""
 		}, true},
-		{"a session allocated the task", func(ci *api.ClusterInfo) {
-			job, n := ci.Jobs["ns/g"], ci.Nodes["n1"]
-			task := job.Tasks["up"]
-			if err := job.UpdateTaskStatus(task, api.Allocated); err != nil {
-				t.Fatal(err)
-			}
-			task.NodeName = "n1"
-			if err := n.AddTask(task); err != nil {
-				t.Fatal(err)
-			}
-		}, false},
+		{"a session allocated the task", func(ci *api.ClusterInfo) { allocate(ci) }, false},
 		{"nothing since", nil, true},
 		{"an overlay", func(*api.ClusterInfo) { w.overlays["up"] = Overlay{Status: api.Binding, Node: "n1"} }, false},
 		{"a pod's change in the log", func(*api.ClusterInfo) {
